@@ -1,0 +1,16 @@
+"""Allocation policies, one per module, all behind ``Policy`` and found through the registry.
+
+Importing this package registers every built-in policy.
+"""
+
+from allocator.policies import elastic_dp, fixed_batch  # noqa: F401  (registration side effect)
+from allocator.policies.base import (
+    Policy,
+    SupportsMinGpus,
+    UnknownPolicyError,
+    available_policies,
+    make_policy,
+    register,
+)
+
+__all__ = ["Policy", "SupportsMinGpus", "UnknownPolicyError", "available_policies", "make_policy", "register"]

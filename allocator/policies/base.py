@@ -1,0 +1,65 @@
+"""The one interface every policy implements, and the registry that names them.
+
+Each policy module registers its own factory with ``@register``; nothing dispatches on
+name strings elsewhere. Factories take keyword parameters (e.g. a seed or a threshold)
+so a policy's settings travel with its name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
+
+from allocator.types import Allocation, ClusterSnapshot, JobSpec
+
+
+@runtime_checkable
+class Policy(Protocol):
+    name: str
+
+    def allocate(self, snapshot: ClusterSnapshot) -> Allocation:
+        """Shares for every job in the snapshot (running and queued); InfeasibleError if some
+        job cannot get its minimum."""
+        ...
+
+
+@runtime_checkable
+class SupportsMinGpus(Protocol):
+    """A policy that can say, without solving, the fewest GPUs a job needs under it.
+
+    Admission uses it for seed 000's feasibility test (every job >= its minimum) in O(1)
+    per job instead of one full solve per queued job.
+    """
+
+    def min_gpus(self, job: JobSpec, capacity: int) -> int | None: ...
+
+
+class UnknownPolicyError(ValueError):
+    pass
+
+
+PolicyFactory = Callable[..., Policy]
+_REGISTRY: dict[str, PolicyFactory] = {}
+
+
+def register(name: str) -> Callable[[PolicyFactory], PolicyFactory]:
+    def wrap(factory: PolicyFactory) -> PolicyFactory:
+        if name in _REGISTRY and _REGISTRY[name] is not factory:
+            raise ValueError(f"policy {name!r} registered twice")
+        _REGISTRY[name] = factory
+        return factory
+
+    return wrap
+
+
+def available_policies() -> tuple[str, ...]:
+    return tuple(sorted(_REGISTRY))
+
+
+def make_policy(name: str, **params: object) -> Policy:
+    """Build a registered policy; unknown names raise UnknownPolicyError listing the known ones."""
+    try:
+        factory = _REGISTRY[name]
+    except KeyError:
+        raise UnknownPolicyError(f"policy={name!r}: unknown policy; choose one of {', '.join(available_policies())}") from None
+    return factory(**params)
