@@ -1,0 +1,29 @@
+"""The ``malleable`` command line: one typer app, one module per command group.
+
+Each command lives in its own ``flows/cmd_*.py`` module exposing a function; this file only
+wires them onto the app so that modules stay small and independent.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from flows import cmd_plan
+
+app = typer.Typer(
+    name="malleable",
+    help="Elastic deep-learning training: profile, plan, simulate, train and record.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+app.command("plan")(cmd_plan.plan)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()
