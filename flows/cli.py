@@ -18,6 +18,13 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
+
+@app.callback()
+def _root() -> None:
+    """Elastic deep-learning training: profile, plan, simulate, train and record."""
+
+
 app.command("plan")(cmd_plan.plan)
 
 

@@ -1,0 +1,138 @@
+"""Jobs-file entries (parsed YAML/JSON dicts) -> JobSpecs, with errors naming the job and field.
+
+A job entry::
+
+    id: resnet-1            # required, unique
+    profile: resnet50       # a name from the file's ``profiles:`` or an inline profile mapping
+    samples: 2000000        # work in samples (or ``epochs`` + ``dataset_samples``)
+    min_batch: 32           # global batch range
+    max_batch: 256
+    max_gpus: 8
+    # optional: workload, min_gpus, gpus (requested, for non-elastic/fixed), elastic,
+    #           arrival_s, fixed_batch, priority, deadline_s
+
+File reading and path resolution live in ``flows.jobfile``; this module only validates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from allocator.profile_io import profile_from_dict
+from allocator.types import JobSpec, ThroughputProfile
+
+_JOB_FIELDS = frozenset(
+    {
+        "id",
+        "workload",
+        "profile",
+        "samples",
+        "epochs",
+        "dataset_samples",
+        "min_batch",
+        "max_batch",
+        "max_gpus",
+        "min_gpus",
+        "gpus",
+        "elastic",
+        "arrival_s",
+        "fixed_batch",
+        "priority",
+        "deadline_s",
+    }
+)
+_REQUIRED = ("id", "profile", "min_batch", "max_batch", "max_gpus")
+
+
+@dataclass(frozen=True, slots=True)
+class JobsFile:
+    """What a jobs file holds: the jobs, and optional defaults for the GPU count and policy."""
+
+    jobs: tuple[JobSpec, ...]
+    gpus: int | None = None
+    policy: str | None = None
+
+
+def _label(entry: Mapping[str, object], index: int) -> str:
+    name = entry.get("id")
+    return f"job {name!r} (jobs[{index}])" if isinstance(name, str) and name else f"jobs[{index}]"
+
+
+def _samples(entry: Mapping[str, object], label: str) -> object:
+    if "samples" in entry:
+        return entry["samples"]
+    if "epochs" in entry and "dataset_samples" in entry:
+        epochs, size = entry["epochs"], entry["dataset_samples"]
+        if not isinstance(epochs, (int, float)) or not isinstance(size, int) or epochs <= 0 or size <= 0:
+            raise ValueError(f"{label}.epochs={epochs!r}, dataset_samples={size!r}: must be positive numbers")
+        return int(round(epochs * size))
+    raise ValueError(f"{label}.samples: missing required field (or give epochs and dataset_samples)")
+
+
+def job_from_dict(entry: object, index: int, profiles: Mapping[str, ThroughputProfile]) -> JobSpec:
+    if not isinstance(entry, Mapping):
+        raise ValueError(f"jobs[{index}]: expected a mapping, got {type(entry).__name__}")
+    label = _label(entry, index)
+    unknown = sorted(set(entry) - _JOB_FIELDS)
+    if unknown:
+        raise ValueError(f"{label}.{unknown[0]}: unknown field")
+    for key in _REQUIRED:
+        if key not in entry:
+            raise ValueError(f"{label}.{key}: missing required field")
+    ref = entry["profile"]
+    if isinstance(ref, str):
+        if ref not in profiles:
+            known = ", ".join(sorted(profiles)) or "none"
+            raise ValueError(f"{label}.profile={ref!r}: no such profile (known: {known})")
+        profile = profiles[ref]
+    else:
+        profile = profile_from_dict(ref, f"{label}.profile")
+    gpus = entry.get("gpus", 1)
+    try:
+        return JobSpec(
+            id=entry["id"],
+            workload=entry.get("workload", profile.workload),
+            total_samples=_samples(entry, label),
+            min_batch=entry["min_batch"],
+            max_batch=entry["max_batch"],
+            max_gpus=entry["max_gpus"],
+            min_gpus=entry.get("min_gpus", 1),
+            requested_gpus=gpus,
+            profile=profile,
+            elastic=entry.get("elastic", True),
+            arrival_time=entry.get("arrival_s", 0.0),
+            fixed_batch=entry.get("fixed_batch"),
+            priority=entry.get("priority", 0),
+            deadline=entry.get("deadline_s"),
+        )
+    except ValueError as exc:
+        # JobSpec names the job and field already; add the position in the file.
+        raise ValueError(f"{exc} (jobs[{index}])") from None
+    except TypeError as exc:
+        raise ValueError(f"{label}: {exc}") from None
+
+
+def jobs_file_from_dict(data: object, profiles: Mapping[str, ThroughputProfile]) -> JobsFile:
+    """Validate a whole parsed jobs file. ``profiles`` are the named profiles already loaded."""
+    if not isinstance(data, Mapping):
+        raise ValueError(f"jobs file: expected a mapping with a 'jobs' list, got {type(data).__name__}")
+    unknown = sorted(set(data) - {"jobs", "gpus", "policy", "profiles"})
+    if unknown:
+        raise ValueError(f"jobs file.{unknown[0]}: unknown top-level field (known: gpus, jobs, policy, profiles)")
+    entries = data.get("jobs")
+    if not isinstance(entries, Sequence) or isinstance(entries, (str, bytes)) or not entries:
+        raise ValueError(f"jobs file.jobs={entries!r}: must be a non-empty list of jobs")
+    jobs = tuple(job_from_dict(e, i, profiles) for i, e in enumerate(entries))
+    seen: set[str] = set()
+    for i, job in enumerate(jobs):
+        if job.id in seen:
+            raise ValueError(f"job {job.id!r} (jobs[{i}]).id: duplicate job id")
+        seen.add(job.id)
+    gpus = data.get("gpus")
+    if gpus is not None and (not isinstance(gpus, int) or isinstance(gpus, bool) or gpus <= 0):
+        raise ValueError(f"jobs file.gpus={gpus!r}: must be a positive integer")
+    policy = data.get("policy")
+    if policy is not None and not isinstance(policy, str):
+        raise ValueError(f"jobs file.policy={policy!r}: must be a policy name")
+    return JobsFile(jobs=jobs, gpus=gpus, policy=policy)

@@ -1,0 +1,59 @@
+"""Read a jobs file (YAML or JSON) from disk: parse, resolve profile files, validate.
+
+Profiles may be named in the file's ``profiles:`` mapping as a path (relative to the jobs
+file) to a profile JSON, or inline. Every error is a ValueError naming the file and field.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from allocator.profile_io import profile_from_dict
+from allocator.specs import JobsFile, jobs_file_from_dict
+from allocator.types import ThroughputProfile
+
+
+def _parse(path: Path) -> object:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ValueError(f"jobs file {str(path)!r}: no such file") from None
+    except OSError as exc:
+        raise ValueError(f"jobs file {str(path)!r}: cannot read ({exc.strerror})") from None
+    try:
+        # YAML is a superset of JSON, but JSON errors read better from the json module.
+        return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise ValueError(f"jobs file {str(path)!r}: not valid {'JSON' if path.suffix == '.json' else 'YAML'} ({exc})".replace("\n", " ")) from None
+
+
+def _load_profiles(raw: object, base: Path) -> dict[str, ThroughputProfile]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"profiles={raw!r}: must map profile names to files or inline profiles")
+    profiles = {}
+    for name, ref in raw.items():
+        where = f"profiles.{name}"
+        if isinstance(ref, str):
+            target = (base / ref).resolve()
+            try:
+                ref = json.loads(target.read_text())
+            except FileNotFoundError:
+                raise ValueError(f"{where}={str(ref)!r}: no such profile file") from None
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{where}: {target} is not valid JSON ({exc})") from None
+        profiles[str(name)] = profile_from_dict(ref, where)
+    return profiles
+
+
+def load_jobs_file(path: str | Path) -> JobsFile:
+    path = Path(path)
+    data = _parse(path)
+    if not isinstance(data, dict):
+        raise ValueError(f"jobs file {str(path)!r}: expected a mapping with a 'jobs' list")
+    profiles = _load_profiles(data.get("profiles"), path.parent)
+    return jobs_file_from_dict(data, profiles)
