@@ -88,7 +88,7 @@ def job_from_dict(entry: object, index: int, profiles: Mapping[str, ThroughputPr
         profile = profiles[ref]
     else:
         profile = profile_from_dict(ref, f"{label}.profile")
-    gpus = entry.get("gpus", 1)
+    gpus = entry.get("gpus")
     try:
         return JobSpec(
             id=entry["id"],

@@ -85,9 +85,11 @@ def throughput(profile: ThroughputProfile, batch: int, gpus: int) -> float:
 
 
 def baseline_rate(spec: JobSpec) -> float:
-    """Seed 000's T_j(b_max, 1): one GPU at the largest batch that fits it and the job's range."""
-    b = min(spec.profile.max_batch_per_gpu, spec.max_batch)
-    return throughput(spec.profile, b, 1) if b >= spec.min_batch else 0.0
+    """Seed 000's T_j(b_max, 1): one GPU at the largest batch that fits it (and the job's max).
+
+    Used only to normalise, so it is defined even for jobs whose min_batch cannot run on one GPU.
+    """
+    return throughput(spec.profile, min(spec.profile.max_batch_per_gpu, spec.max_batch), 1)
 
 
 @dataclass(frozen=True, slots=True)

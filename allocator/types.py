@@ -109,7 +109,7 @@ class JobSpec:
 
     ``min_batch``/``max_batch`` bound the *global* batch (all GPUs together), as seed 000's
     users give them. ``fixed_batch`` is the global batch a non-elastic job (and the
-    fixed-batch baselines) run with; ``requested_gpus`` the GPU count a non-elastic job needs.
+    fixed-batch baselines) run with; ``requested_gpus`` the GPU count a non-elastic job needs (default: ``min_gpus``).
     """
 
     id: str
@@ -122,7 +122,7 @@ class JobSpec:
     elastic: bool = True
     arrival_time: float = 0.0
     min_gpus: int = 1
-    requested_gpus: int = 1
+    requested_gpus: int | None = None
     fixed_batch: int | None = None
     priority: int = 0
     deadline: float | None = None
@@ -138,6 +138,8 @@ class JobSpec:
         _positive_int(owner, "max_gpus", self.max_gpus)
         _positive_int(owner, "min_gpus", self.min_gpus)
         _require(self.min_gpus <= self.max_gpus, owner, "min_gpus", self.min_gpus, f"is greater than max_gpus={self.max_gpus}")
+        if self.requested_gpus is None:
+            object.__setattr__(self, "requested_gpus", self.min_gpus)
         _positive_int(owner, "requested_gpus", self.requested_gpus)
         _require(
             self.min_gpus <= self.requested_gpus <= self.max_gpus,

@@ -39,8 +39,7 @@ def allocate_by_dp(jobs: Sequence[JobSpec], capacity: int, batches: Sequence[int
     tables = [job_table(job, kmax, b) for job, b in zip(jobs, batches)]
     values = np.empty((len(jobs), kmax + 1))
     for row, (job, table) in enumerate(zip(jobs, tables)):
-        base = baseline_rate(job)
-        values[row] = table.rates / base if base > 0 else table.rates
+        values[row] = table.rates / baseline_rate(job)
     counts, _ = solve_dp(values, capacity)
     return Allocation(
         tuple((job.id, Share(gpus=int(k), batch=int(t.batches[k]))) for job, t, k in zip(jobs, tables, counts))
