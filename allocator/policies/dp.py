@@ -28,26 +28,26 @@ def solve_dp(values: np.ndarray, capacity: int) -> tuple[np.ndarray, float]:
     if capacity < jobs:
         raise InfeasibleError(f"{jobs} jobs need at least one GPU each but capacity is {capacity}")
     dtype = np.int16 if kmax < 2**15 else np.int64
+    # Work in reversed coordinates: rev[r] = P(capacity - r). Then a sliding window over
+    # rev (padded with -inf past the end) gives window[r, k] = P(K - k) for K = capacity - r,
+    # with k in increasing order, so argmax picks the smallest k on ties and no array is
+    # ever flipped.
     choice = np.zeros((jobs, capacity + 1), dtype=dtype)
-    best = np.zeros(capacity + 1)
     padded = np.full(capacity + 1 + kmax, -np.inf)
-    # Column i of a window row K holds P(K + i - kmax); reversing the value row lines up
-    # k = kmax - i so one add gives every candidate at once.
+    padded[: capacity + 1] = 0.0  # P(0, K) = 0 for every K: "at most K GPUs"
+    rows = np.arange(capacity + 1)
     for j in range(jobs):
-        padded[kmax:] = best
-        windows = sliding_window_view(padded, kmax + 1)
-        cand = windows + values[j, ::-1]
-        # argmax over the reversed columns returns the first maximum in k order (smallest k).
-        arg = np.argmax(cand[:, ::-1], axis=1)
-        best = cand[np.arange(capacity + 1), kmax - arg]
+        cand = sliding_window_view(padded, kmax + 1) + values[j]
+        arg = np.argmax(cand, axis=1)
+        padded[: capacity + 1] = cand[rows, arg]
         choice[j] = arg
-    optimum = float(best[capacity])
+    optimum = float(padded[0])
     if not np.isfinite(optimum):
         raise InfeasibleError("no assignment gives every job a feasible GPU count within capacity")
     counts = np.zeros(jobs, dtype=np.int64)
     remaining = capacity
     for j in range(jobs - 1, -1, -1):
-        counts[j] = int(choice[j, remaining])
+        counts[j] = int(choice[j, capacity - remaining])
         remaining -= counts[j]
     return counts, optimum
 
