@@ -1,0 +1,299 @@
+"""The one autoscaling loop (seed 000, Fig. 4), for simulated and real clusters alike.
+
+Jobs arrive into a buffer; every Δ (and, if asked, on each arrival or completion) the loop
+takes a snapshot, admits what fits (dropping or queueing the rest), asks the policy for an
+allocation and hands the change to an executor. Only the clock and the executor differ
+between a simulation (``SimClock`` + ``SimExecutor``) and a real run (a wall clock + the
+Dask executor in ``elastic_tasks``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from allocator.admission import OverflowMode, admit, reallocate
+from allocator.policies.base import Policy
+from allocator.types import Allocation, ClusterSnapshot, InfeasibleError, JobSpec, RescaleEvent, RunningJob, Share
+
+# Times closer than this are the same instant (guards float drift in simulated time).
+EPS = 1e-9
+
+
+class Clock(Protocol):
+    def now(self) -> float: ...
+
+    def sleep_until(self, t: float) -> None: ...
+
+
+class Executor(Protocol):
+    def apply(self, now: float, previous: Allocation, new: Allocation, jobs: Mapping[str, JobSpec]) -> list[RescaleEvent]:
+        """Make the cluster run ``new``: start, grow, shrink or stop jobs; one event per changed job."""
+        ...
+
+    def progress(self, job_id: str, now: float) -> float:
+        """Samples the job has processed by ``now``."""
+        ...
+
+    def completed(self, now: float) -> list[str]:
+        """Jobs that finished all their samples by ``now``, each reported once."""
+        ...
+
+    def next_completion(self, now: float) -> float | None:
+        """Earliest time a running job may finish, if known (exact when simulated)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class LoopSettings:
+    """How the loop decides.
+
+    ``interval_s`` is seed 000's Δ. With ``react_to_events`` the loop also re-allocates as
+    soon as a job arrives or finishes (the seed's simulator does); without it, changes wait
+    for the next tick (the seed's real autoscaler does). ``horizon_s`` stops the run early.
+    """
+
+    interval_s: float = 600.0
+    overflow: OverflowMode = OverflowMode.QUEUE
+    strict_fifo: bool = True
+    react_to_events: bool = True
+    horizon_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if not (self.interval_s > 0):
+            raise ValueError(f"LoopSettings.interval_s={self.interval_s!r}: must be > 0")
+        if self.horizon_s is not None and not (self.horizon_s > 0):
+            raise ValueError(f"LoopSettings.horizon_s={self.horizon_s!r}: must be > 0")
+        object.__setattr__(self, "overflow", OverflowMode(self.overflow))
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRow:
+    """From ``time`` on, ``job_id`` runs on ``gpus`` GPUs with global ``batch`` (0/0: not running)."""
+
+    time: float
+    job_id: str
+    gpus: int
+    batch: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    job_id: str
+    arrival: float
+    start: float | None
+    finish: float | None
+    dropped: bool
+    samples_done: float
+
+
+@dataclass(frozen=True, slots=True)
+class StepReport:
+    """What one decision did; passed to the observer (progress bars, live logging)."""
+
+    time: float
+    allocation: Allocation
+    events: tuple[RescaleEvent, ...]
+    admitted: tuple[str, ...]
+    dropped: tuple[str, ...]
+    queued: int
+    finished_total: int
+    jobs_total: int
+
+
+@dataclass(frozen=True, slots=True)
+class LoopResult:
+    policy: str
+    capacity: int
+    settings: LoopSettings
+    end_time: float
+    schedule: tuple[ScheduleRow, ...]
+    events: tuple[RescaleEvent, ...]
+    jobs: tuple[JobRecord, ...]
+    gpu_usage: tuple[tuple[float, int], ...]
+    decisions: int
+
+    def record(self, job_id: str) -> JobRecord:
+        for r in self.jobs:
+            if r.job_id == job_id:
+                return r
+        raise KeyError(job_id)
+
+
+@dataclass
+class _Tracking:
+    """The loop's private bookkeeping (never leaves this module; results are frozen copies)."""
+
+    arrival: dict[str, float] = field(default_factory=dict)
+    start: dict[str, float] = field(default_factory=dict)
+    finish: dict[str, float] = field(default_factory=dict)
+    dropped: set[str] = field(default_factory=set)
+    schedule: list[ScheduleRow] = field(default_factory=list)
+    events: list[RescaleEvent] = field(default_factory=list)
+    usage: list[tuple[float, int]] = field(default_factory=list)
+
+
+def _fits_alone(job: JobSpec, capacity: int, policy: Policy, time: float) -> bool:
+    """Could the job ever run, on an otherwise empty cluster? If not, queueing it is pointless."""
+    alone = ClusterSnapshot(time=time, capacity=capacity, queued=(job,))
+    return bool(admit(alone, policy, OverflowMode.DROP).admitted)
+
+
+def _record_changes(track: _Tracking, now: float, previous: Allocation, new: Allocation) -> None:
+    for job_id, share in new.shares:
+        if previous.get(job_id) != share:
+            track.schedule.append(ScheduleRow(now, job_id, share.gpus, share.batch))
+    for job_id, _ in previous.shares:
+        if job_id not in new:
+            track.schedule.append(ScheduleRow(now, job_id, 0, 0))
+    if track.usage and track.usage[-1][0] == now:
+        track.usage[-1] = (now, new.total_gpus)  # several changes at one instant: keep the last
+    elif not track.usage or track.usage[-1][1] != new.total_gpus:
+        track.usage.append((now, new.total_gpus))
+
+
+def run_loop(
+    jobs: Iterable[JobSpec],
+    policy: Policy,
+    capacity: int,
+    clock: Clock,
+    executor: Executor,
+    settings: LoopSettings = LoopSettings(),
+    observer: Callable[[StepReport], None] | None = None,
+) -> LoopResult:
+    """Run jobs to completion (or the horizon) under ``policy`` on ``capacity`` GPUs."""
+    specs = {j.id: j for j in jobs}
+    pending = deque(sorted(specs.values(), key=lambda j: (j.arrival_time, j.id)))
+    waiting: list[JobSpec] = []
+    running: dict[str, JobSpec] = {}
+    allocation = Allocation()
+    track = _Tracking()
+    start_time = clock.now()
+    next_tick = start_time
+    dirty = False
+    decisions = 0
+
+    while True:
+        now = clock.now()
+        while pending and pending[0].arrival_time <= now + EPS:
+            job = pending.popleft()
+            track.arrival[job.id] = job.arrival_time
+            if _fits_alone(job, capacity, policy, now):
+                waiting.append(job)
+            else:
+                track.dropped.add(job.id)  # larger than the whole cluster: would wait forever
+            dirty = True
+        for job_id in executor.completed(now):
+            if job_id in running:
+                del running[job_id]
+                track.finish[job_id] = now
+                # A finished job frees its GPUs at once, whether or not a decision follows.
+                remaining = Allocation(tuple(p for p in allocation.shares if p[0] != job_id))
+                _record_changes(track, now, allocation, remaining)
+                allocation = remaining
+                dirty = True
+
+        on_tick = now >= next_tick - EPS
+        if dirty and (on_tick or settings.react_to_events):
+            snapshot = ClusterSnapshot(
+                time=now,
+                capacity=capacity,
+                running=tuple(RunningJob(spec, allocation.get(jid), executor.progress(jid, now)) for jid, spec in running.items()),
+                queued=tuple(waiting),
+            )
+            try:
+                decision = reallocate(snapshot, policy, settings.overflow, settings.strict_fifo)
+            except InfeasibleError:
+                decision = None  # keep what runs; try again at the next tick
+            if decision is not None:
+                new = decision.allocation
+                events = executor.apply(now, allocation, new, specs)
+                _record_changes(track, now, allocation, new)
+                track.events.extend(events)
+                for job in decision.admission.admitted:
+                    running[job.id] = job
+                    track.start[job.id] = now
+                for job in decision.admission.dropped:
+                    track.dropped.add(job.id)
+                waiting = list(decision.admission.queued)
+                allocation = new
+                decisions += 1
+                dirty = False
+                if observer is not None:
+                    observer(
+                        StepReport(
+                            time=now,
+                            allocation=new,
+                            events=tuple(events),
+                            admitted=tuple(j.id for j in decision.admission.admitted),
+                            dropped=tuple(j.id for j in decision.admission.dropped),
+                            queued=len(waiting),
+                            finished_total=len(track.finish),
+                            jobs_total=len(specs),
+                        )
+                    )
+        if on_tick:
+            while next_tick <= now + EPS:
+                next_tick += settings.interval_s
+
+        if not pending and not waiting and not running:
+            break
+        if settings.horizon_s is not None and now >= start_time + settings.horizon_s - EPS:
+            break
+
+        wakes = [next_tick]
+        if pending and (settings.react_to_events or not (running or waiting)):
+            wakes.append(pending[0].arrival_time)
+        if not running and not waiting and pending:
+            # Idle cluster: skip the empty ticks up to the next arrival.
+            gap = pending[0].arrival_time - next_tick
+            if gap > 0:
+                next_tick += (gap // settings.interval_s) * settings.interval_s
+                wakes[0] = next_tick
+        completion = executor.next_completion(now)
+        if completion is not None:
+            wakes.append(max(completion, now))
+        if settings.horizon_s is not None:
+            wakes.append(start_time + settings.horizon_s)
+        clock.sleep_until(max(min(wakes), now))
+
+    end = clock.now()
+    if allocation.shares:
+        _record_changes(track, end, allocation, Allocation())
+    records = tuple(
+        JobRecord(
+            job_id=jid,
+            arrival=spec.arrival_time,
+            start=track.start.get(jid),
+            finish=track.finish.get(jid),
+            dropped=jid in track.dropped,
+            samples_done=float(spec.total_samples) if jid in track.finish else executor.progress(jid, end) if jid in track.start else 0.0,
+        )
+        for jid, spec in sorted(specs.items(), key=lambda kv: (kv[1].arrival_time, kv[0]))
+    )
+    return LoopResult(
+        policy=policy.name,
+        capacity=capacity,
+        settings=settings,
+        end_time=end,
+        schedule=tuple(track.schedule),
+        events=tuple(track.events),
+        jobs=records,
+        gpu_usage=tuple(track.usage),
+        decisions=decisions,
+    )
+
+
+def share_changes(previous: Allocation, new: Allocation) -> list[tuple[str, Share | None, Share | None]]:
+    """(job, before, after) for every job whose share differs — what an executor must do."""
+    changes = []
+    for job_id, share in new.shares:
+        before = previous.get(job_id)
+        if before != share:
+            changes.append((job_id, before, share))
+    for job_id, share in previous.shares:
+        if job_id not in new:
+            changes.append((job_id, share, None))
+    return changes
