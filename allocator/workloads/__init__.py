@@ -1,0 +1,1 @@
+"""Workloads for the simulator: seed-000 job categories, arrival patterns, trace files."""
