@@ -148,10 +148,14 @@ def _record_changes(track: _Tracking, now: float, previous: Allocation, new: All
     for job_id, _ in previous.shares:
         if job_id not in new:
             track.schedule.append(ScheduleRow(now, job_id, 0, 0))
+    _record_usage(track, now, new.total_gpus)
+
+
+def _record_usage(track: _Tracking, now: float, gpus: int) -> None:
     if track.usage and track.usage[-1][0] == now:
-        track.usage[-1] = (now, new.total_gpus)  # several changes at one instant: keep the last
-    elif not track.usage or track.usage[-1][1] != new.total_gpus:
-        track.usage.append((now, new.total_gpus))
+        track.usage[-1] = (now, gpus)  # several changes at one instant: keep the last
+    elif not track.usage or track.usage[-1][1] != gpus:
+        track.usage.append((now, gpus))
 
 
 def run_loop(
@@ -185,15 +189,16 @@ def run_loop(
             else:
                 track.dropped.add(job.id)  # larger than the whole cluster: would wait forever
             dirty = True
-        for job_id in executor.completed(now):
-            if job_id in running:
+        finished = [job_id for job_id in executor.completed(now) if job_id in running]
+        if finished:
+            for job_id in finished:
                 del running[job_id]
                 track.finish[job_id] = now
-                # A finished job frees its GPUs at once, whether or not a decision follows.
-                remaining = Allocation(tuple(p for p in allocation.shares if p[0] != job_id))
-                _record_changes(track, now, allocation, remaining)
-                allocation = remaining
-                dirty = True
+                track.schedule.append(ScheduleRow(now, job_id, 0, 0))
+            # A finished job frees its GPUs at once, whether or not a decision follows.
+            allocation = Allocation(tuple(p for p in allocation.shares if p[0] in running))
+            _record_usage(track, now, allocation.total_gpus)
+            dirty = True
 
         on_tick = now >= next_tick - EPS
         if dirty and (on_tick or settings.react_to_events):

@@ -7,6 +7,7 @@ the best global batch and its samples/s — what every policy consumes.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -76,11 +77,29 @@ def fit_allreduce(measurements: Sequence[tuple[int, int, float]]) -> AllreduceMo
     return AllreduceModel(latency_s=float(coef[0]), seconds_per_param=float(coef[1]))
 
 
+def _t_proc_scalar(profile: ThroughputProfile, b: int) -> float:
+    """``t_proc`` for one batch size in plain Python: the simulator asks this per rescale."""
+    if b > profile.max_batch_per_gpu or b <= 0:
+        return math.inf
+    xs, ts = profile.batch_sizes, profile.iter_times_s
+    if len(xs) == 1:
+        return ts[0] * b / xs[0]
+    if b >= xs[-1]:
+        return ts[-1] + (ts[-1] - ts[-2]) / (xs[-1] - xs[-2]) * (b - xs[-1])
+    if b < xs[0]:
+        return max(ts[0] - (ts[1] - ts[0]) / (xs[1] - xs[0]) * (xs[0] - b), ts[0] * b / xs[0])
+    i = bisect.bisect_right(xs, b) - 1
+    return ts[i] + (ts[i + 1] - ts[i]) * (b - xs[i]) / (xs[i + 1] - xs[i])
+
+
 def throughput(profile: ThroughputProfile, batch: int, gpus: int) -> float:
     """Samples per second for a global batch on ``gpus`` GPUs (0 if it does not fit)."""
     if gpus < 1 or batch < gpus:
         return 0.0
-    step = t_proc(profile, math.ceil(batch / gpus)) + t_comm(profile.allreduce, profile.num_params, gpus)
+    comm = 0.0
+    if gpus > 1:
+        comm = 2.0 * (gpus - 1) * profile.allreduce.latency_s + 2.0 * (gpus - 1) / gpus * profile.num_params * profile.allreduce.seconds_per_param
+    step = _t_proc_scalar(profile, -(-batch // gpus)) + comm
     return 0.0 if not math.isfinite(step) else batch / step
 
 

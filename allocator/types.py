@@ -8,6 +8,7 @@ as-is. Nothing here knows about clocks, torch, dask or files.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -208,37 +209,33 @@ class Allocation:
     """Job id -> Share, for the jobs that run. Jobs absent from it get nothing.
 
     Stored as a tuple of pairs in a stable order (the order the policy produced them) so
-    that equal allocations compare and print identically.
+    that equal allocations compare and print identically; an index makes lookups O(1).
     """
 
     shares: tuple[tuple[str, Share], ...] = ()
+    _index: dict[str, Share] = field(init=False, repr=False, compare=False, hash=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shares", tuple(self.shares))
-        seen: set[str] = set()
+        index: dict[str, Share] = {}
         for job_id, share in self.shares:
-            _require(job_id not in seen, "Allocation", "shares", job_id, "job appears twice")
+            _require(job_id not in index, "Allocation", "shares", job_id, "job appears twice")
             _require(isinstance(share, Share), "Allocation", f"shares[{job_id}]", share, "must be a Share")
-            seen.add(job_id)
+            index[job_id] = share
+        object.__setattr__(self, "_index", index)
 
     @classmethod
     def of(cls, shares: Mapping[str, Share]) -> Allocation:
         return cls(tuple(shares.items()))
 
     def __getitem__(self, job_id: str) -> Share:
-        for jid, share in self.shares:
-            if jid == job_id:
-                return share
-        raise KeyError(job_id)
+        return self._index[job_id]
 
     def get(self, job_id: str) -> Share | None:
-        for jid, share in self.shares:
-            if jid == job_id:
-                return share
-        return None
+        return self._index.get(job_id)
 
     def __contains__(self, job_id: object) -> bool:
-        return any(jid == job_id for jid, _ in self.shares)
+        return job_id in self._index
 
     def __iter__(self) -> Iterator[str]:
         return (jid for jid, _ in self.shares)
@@ -297,7 +294,7 @@ class ClusterSnapshot:
         object.__setattr__(self, "queued", tuple(self.queued))
         object.__setattr__(self, "nodes", tuple(self.nodes))
         ids = [r.spec.id for r in self.running] + [q.id for q in self.queued]
-        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        dupes = sorted({i for i, n in Counter(ids).items() if n > 1}) if len(set(ids)) != len(ids) else []
         _require(not dupes, "ClusterSnapshot", "jobs", dupes, "job ids must be unique across running and queued")
         if self.nodes:
             total = sum(g for _, g in self.nodes)

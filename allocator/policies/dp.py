@@ -36,8 +36,9 @@ def solve_dp(values: np.ndarray, capacity: int) -> tuple[np.ndarray, float]:
     padded = np.full(capacity + 1 + kmax, -np.inf)
     padded[: capacity + 1] = 0.0  # P(0, K) = 0 for every K: "at most K GPUs"
     rows = np.arange(capacity + 1)
+    windows = sliding_window_view(padded, kmax + 1)  # a view: sees each in-place update below
     for j in range(jobs):
-        cand = sliding_window_view(padded, kmax + 1) + values[j]
+        cand = windows + values[j]
         arg = np.argmax(cand, axis=1)
         padded[: capacity + 1] = cand[rows, arg]
         choice[j] = arg

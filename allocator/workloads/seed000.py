@@ -72,14 +72,17 @@ def make_job(
     minutes: float | None = None,
 ) -> JobSpec:
     """A job of a category whose work takes ``minutes`` (default: the category's) on one GPU
-    at its largest batch — seed 000 defines job length that way."""
+    at its largest batch — seed 000 defines job length that way. A non-elastic job runs its
+    fixed batch on the fewest GPUs it fits on."""
+    fixed_gpus = -(-cat.max_batch // profile.max_batch_per_gpu)
     probe = JobSpec(
         id=job_id,
         workload=f"{cat.model}-{cat.dataset}".lower(),
         total_samples=1,
         min_batch=cat.min_batch,
         max_batch=cat.max_batch,
-        max_gpus=max_gpus if cat.elastic else 1,
+        max_gpus=max_gpus if cat.elastic else fixed_gpus,
+        requested_gpus=None if cat.elastic else fixed_gpus,
         profile=profile,
         elastic=cat.elastic,
         arrival_time=arrival_time,
@@ -93,6 +96,7 @@ def make_job(
         min_batch=probe.min_batch,
         max_batch=probe.max_batch,
         max_gpus=probe.max_gpus,
+        requested_gpus=probe.requested_gpus,
         profile=profile,
         elastic=probe.elastic,
         arrival_time=arrival_time,

@@ -1,0 +1,160 @@
+"""Job traces as CSV or JSON text: one row per job. Errors name the row and the column.
+
+Columns (CSV header / JSON keys):
+
+=============  ========  ======================================================
+name           required  unique job name
+submit_s       required  submit time, seconds from the start
+category       optional  seed-000 category 1-4 (selects profile ``cat<N>``)
+model          optional  workload name (default: the profile's)
+samples        required  work in samples
+min_batch      required  global batch range
+max_batch      required
+max_gpus       required
+elastic        optional  true/false (default true)
+gpus           optional  GPUs for a non-elastic job (default 1)
+profile        optional  profile name; default ``cat<category>``, else ``model``
+=============  ========  ======================================================
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterable, Mapping
+
+from allocator.types import JobSpec, ThroughputProfile
+
+COLUMNS = ("name", "submit_s", "category", "model", "samples", "min_batch", "max_batch", "max_gpus", "elastic", "gpus", "profile")
+_REQUIRED = ("name", "submit_s", "samples", "min_batch", "max_batch", "max_gpus")
+
+
+class TraceError(ValueError):
+    pass
+
+
+def _int(row: Mapping[str, object], column: str, where: str) -> int:
+    value = row.get(column)
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        number = int(str(value).strip()) if not isinstance(value, int) else value
+    except (TypeError, ValueError):
+        raise TraceError(f"{where}, column {column}={value!r}: must be an integer") from None
+    return number
+
+
+def _float(row: Mapping[str, object], column: str, where: str) -> float:
+    value = row.get(column)
+    try:
+        return float(str(value).strip()) if not isinstance(value, (int, float)) or isinstance(value, bool) else float(value)
+    except (TypeError, ValueError):
+        raise TraceError(f"{where}, column {column}={value!r}: must be a number") from None
+
+
+def _bool(value: object, column: str, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", ""):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise TraceError(f"{where}, column {column}={value!r}: must be true or false")
+
+
+def _present(row: Mapping[str, object], column: str) -> bool:
+    return row.get(column) not in (None, "")
+
+
+def job_from_row(row: Mapping[str, object], where: str, profiles: Mapping[str, ThroughputProfile]) -> JobSpec:
+    for column in _REQUIRED:
+        if not _present(row, column):
+            raise TraceError(f"{where}, column {column}: missing value")
+    unknown = sorted(set(row) - set(COLUMNS))
+    if unknown:
+        raise TraceError(f"{where}, column {unknown[0]}: unknown column (known: {', '.join(COLUMNS)})")
+    if _present(row, "profile"):
+        key = str(row["profile"])
+    elif _present(row, "category"):
+        key = f"cat{_int(row, 'category', where)}"
+    elif _present(row, "model"):
+        key = str(row["model"])
+    else:
+        raise TraceError(f"{where}, column profile: missing (give profile, category or model)")
+    if key not in profiles:
+        raise TraceError(f"{where}, column profile={key!r}: no such profile (known: {', '.join(sorted(profiles))})")
+    profile = profiles[key]
+    elastic = _bool(row.get("elastic", True), "elastic", where)
+    try:
+        return JobSpec(
+            id=str(row["name"]),
+            workload=str(row["model"]) if _present(row, "model") else profile.workload,
+            total_samples=_int(row, "samples", where),
+            min_batch=_int(row, "min_batch", where),
+            max_batch=_int(row, "max_batch", where),
+            max_gpus=_int(row, "max_gpus", where),
+            requested_gpus=_int(row, "gpus", where) if _present(row, "gpus") else None,
+            profile=profile,
+            elastic=elastic,
+            arrival_time=_float(row, "submit_s", where),
+            fixed_batch=None if elastic else _int(row, "max_batch", where),
+        )
+    except ValueError as exc:
+        raise TraceError(f"{where}: {exc}") from None
+
+
+def read_trace(text: str, fmt: str, profiles: Mapping[str, ThroughputProfile], source: str = "trace") -> list[JobSpec]:
+    """Parse a trace; ``fmt`` is ``csv`` or ``json``. Rows are numbered from 1 (CSV: after the header)."""
+    if fmt == "csv":
+        reader = csv.DictReader(io.StringIO(text))
+        rows: list[Mapping[str, object]] = [dict(r) for r in reader]
+    elif fmt == "json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise TraceError(f"{source}: not valid JSON ({exc})") from None
+        if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+            raise TraceError(f"{source}: expected a JSON list of job objects")
+        rows = data
+    else:
+        raise TraceError(f"format={fmt!r}: use csv or json")
+    jobs = [job_from_row(row, f"{source} row {i}", profiles) for i, row in enumerate(rows, start=1)]
+    seen: set[str] = set()
+    for i, job in enumerate(jobs, start=1):
+        if job.id in seen:
+            raise TraceError(f"{source} row {i}, column name={job.id!r}: duplicate job name")
+        seen.add(job.id)
+    return jobs
+
+
+def _row(job: JobSpec, profile_names: Mapping[ThroughputProfile, str]) -> dict[str, object]:
+    return {
+        "name": job.id,
+        "submit_s": round(job.arrival_time, 6),
+        "category": "",
+        "model": job.workload,
+        "samples": job.total_samples,
+        "min_batch": job.min_batch,
+        "max_batch": job.max_batch,
+        "max_gpus": job.max_gpus,
+        "elastic": "true" if job.elastic else "false",
+        "gpus": job.requested_gpus,
+        "profile": profile_names.get(job.profile, job.profile.workload),
+    }
+
+
+def write_trace(jobs: Iterable[JobSpec], fmt: str, profiles: Mapping[str, ThroughputProfile]) -> str:
+    """Serialise jobs; each job's profile is written by the name it has in ``profiles``."""
+    names = {p: name for name, p in profiles.items()}
+    rows = [_row(j, names) for j in jobs]
+    if fmt == "json":
+        return json.dumps(rows, indent=1) + "\n"
+    if fmt != "csv":
+        raise TraceError(f"format={fmt!r}: use csv or json")
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()
