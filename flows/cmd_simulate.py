@@ -1,0 +1,208 @@
+"""``malleable simulate``: a jobs file or trace through the shared loop, or a seed paper's experiment."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from allocator.admission import OverflowMode
+from allocator.loop import LoopResult, LoopSettings
+from allocator.metrics import RunMetrics, schedule_csv, summarise
+from allocator.policies import UnknownPolicyError, make_policy
+from allocator.simulator import RescaleCost, simulate
+from allocator.simulator.experiments import EXPERIMENTS, SEED000_INTERVAL_S, Outcome, run_setting
+from allocator.types import JobSpec
+from allocator.workloads.seed000 import load_category_profiles
+from allocator.workloads.trace import TraceError, read_trace
+from flows.console import console, fail
+from flows.jobfile import load_jobs_file
+from flows.plots import plot_completed, plot_gpus_per_job
+
+DEFAULT_PROFILES = Path(__file__).resolve().parents[1] / "examples" / "profiles"
+
+
+def load_workload(path: Path, profiles_dir: Path) -> tuple[list[JobSpec], int | None]:
+    """A jobs file (YAML, or JSON mapping) or a trace (CSV, or JSON list) -> jobs, default GPUs."""
+    if path.suffix == ".csv" or (path.suffix == ".json" and path.exists() and path.read_text().lstrip().startswith("[")):
+        profiles = {f"cat{n}": p for n, p in load_category_profiles(profiles_dir).items()}
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise ValueError(f"trace {str(path)!r}: cannot read ({exc.strerror})") from None
+        return read_trace(text, "csv" if path.suffix == ".csv" else "json", profiles, source=str(path)), None
+    spec = load_jobs_file(path)
+    return list(spec.jobs), spec.gpus
+
+
+def _fmt_min(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds / 60:.1f}"
+
+
+def metrics_row(m: RunMetrics) -> list[str]:
+    return [
+        str(m.jobs_total),
+        str(m.jobs_completed),
+        f"{m.drop_ratio:.1%}",
+        f"{m.sjs_efficiency:.1%}",
+        _fmt_min(m.avg_jct_s),
+        _fmt_min(m.p95_jct_s),
+        _fmt_min(m.avg_queue_delay_s),
+        f"{m.gpu_utilisation:.1%}",
+        str(m.rescales),
+    ]
+
+
+METRIC_COLUMNS = ["jobs", "done", "drop", "SJS eff.", "avg JCT min", "p95 JCT min", "queue min", "GPU util", "rescales"]
+
+
+def metrics_dict(m: RunMetrics) -> dict[str, object]:
+    return {
+        "jobs": m.jobs_total,
+        "completed": m.jobs_completed,
+        "drop_ratio": round(m.drop_ratio, 4),
+        "sjs_efficiency": round(m.sjs_efficiency, 4),
+        "avg_jct_s": None if m.avg_jct_s is None else round(m.avg_jct_s, 1),
+        "p95_jct_s": None if m.p95_jct_s is None else round(m.p95_jct_s, 1),
+        "avg_queue_delay_s": None if m.avg_queue_delay_s is None else round(m.avg_queue_delay_s, 1),
+        "gpu_utilisation": round(m.gpu_utilisation, 4),
+        "rescales": m.rescales,
+        "rescale_cost_s": round(m.rescale_cost_s, 1),
+    }
+
+
+def _run_trace(jobs: list[JobSpec], policies: list[str], capacity: int, settings: LoopSettings, cost: RescaleCost, out: Path) -> None:
+    specs = {j.id: j for j in jobs}
+    table = Table(title=f"{len(jobs)} jobs on {capacity} GPUs, Δ = {settings.interval_s:g} s, {settings.overflow.value}")
+    table.add_column("policy")
+    for col in METRIC_COLUMNS:
+        table.add_column(col, justify="right")
+    runs: list[tuple[str, LoopResult]] = []
+    summary = {}
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True) as bar:
+        task = bar.add_task("simulating", total=len(policies))
+        for name in policies:
+            bar.update(task, description=f"simulating {name}")
+            result = simulate(jobs, make_policy(name), capacity, settings, cost)
+            metrics = summarise(result, specs)
+            runs.append((name, result))
+            summary[name] = metrics_dict(metrics)
+            table.add_row(name, *metrics_row(metrics))
+            (out / f"schedule-{name}.csv").write_text(schedule_csv(result))
+            plot_gpus_per_job(result, f"GPUs per job — {name}", out / f"gpus-per-job-{name}.png")
+            bar.advance(task)
+    plot_completed(runs, [j.arrival_time for j in jobs], f"{len(jobs)} jobs on {capacity} GPUs", out / "jobs-completed.png")
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    console.print(table)
+    console.print(f"schedules, plots and summary.json written to [bold]{out}[/]")
+
+
+def _mean_sd(values: list[float]) -> str:
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return f"{values[0]:.1f}"
+    return f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f}"
+
+
+def _run_experiment(name: str, seeds: tuple[int, ...], interval_s: float, cost: RescaleCost, profiles_dir: Path, out: Path) -> None:
+    profiles = load_category_profiles(profiles_dir)
+    settings = EXPERIMENTS[name]
+    total = sum(len(s.policies) for s in settings) * len(seeds)
+    outcomes: list[Outcome] = []
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True) as bar:
+        task = bar.add_task("simulating", total=total)
+
+        def advance(o: Outcome) -> None:
+            bar.update(task, description=f"{o.setting.name} · {o.policy.label} · seed {o.seed}")
+            bar.advance(task)
+
+        for setting in settings:
+            outcomes += run_setting(setting, profiles, seeds, interval_s, cost, on_run=advance)
+
+    grouped: dict[tuple[str, str], list[Outcome]] = defaultdict(list)
+    for o in outcomes:
+        grouped[(o.setting.name, o.policy.label)].append(o)
+    table = Table(title=f"{name}: mean ± sd over seeds {list(seeds)}, Δ = {interval_s:g} s")
+    for col in ("setting", "policy", "jobs", "done", "drop %", "SJS eff. %", "avg JCT min", "util %"):
+        table.add_column(col, justify="left" if col in ("setting", "policy") else "right")
+    lines = ["| setting | policy | jobs | completed | drop % | SJS eff. % | avg JCT (min) | GPU util % | paper |", "|---|---|---|---|---|---|---|---|---|"]
+    rows_json = []
+    for setting in settings:
+        for choice in setting.policies:
+            group = grouped[(setting.name, choice.label)]
+            ms = [o.metrics for o in group]
+            cells = [
+                _mean_sd([m.jobs_total for m in ms]),
+                _mean_sd([m.jobs_completed for m in ms]),
+                _mean_sd([100 * m.drop_ratio for m in ms]),
+                _mean_sd([100 * m.sjs_efficiency for m in ms]),
+                _mean_sd([m.avg_jct_s / 60 for m in ms if m.avg_jct_s is not None]),
+                _mean_sd([100 * m.gpu_utilisation for m in ms]),
+            ]
+            table.add_row(setting.name, choice.label, *cells)
+            lines.append(f"| {setting.name} | {choice.label} | " + " | ".join(cells) + f" | {setting.paper if choice is setting.policies[0] else ''} |")
+            rows_json += [{"setting": setting.name, "policy": choice.label, "seed": o.seed, **metrics_dict(o.metrics)} for o in group]
+        first_seed = [o for o in outcomes if o.setting is setting and o.seed == seeds[0]]
+        plot_completed(
+            [(o.policy.label, o.result) for o in first_seed],
+            [j.arrival_time for j in first_seed[0].jobs],
+            f"{setting.description} (seed {seeds[0]})",
+            out / f"{setting.name}-completed.png",
+        )
+        for o in first_seed:
+            slug = o.policy.label.replace(" ", "-")
+            (out / f"{setting.name}-{slug}-schedule.csv").write_text(schedule_csv(o.result))
+    (out / "summary.md").write_text("\n".join(lines) + "\n")
+    (out / "results.json").write_text(json.dumps(rows_json, indent=1) + "\n")
+    console.print(table)
+    console.print(f"plots, schedules, summary.md and results.json written to [bold]{out}[/]")
+
+
+def simulate_command(
+    workload: Annotated[Path | None, typer.Argument(help="Jobs file (YAML/JSON) or trace (CSV/JSON list).")] = None,
+    experiment: Annotated[str | None, typer.Option("--experiment", "-e", help=f"Named experiment: {', '.join(EXPERIMENTS)}.")] = None,
+    gpus: Annotated[int | None, typer.Option("--gpus", "-g", help="Cluster size (default: the jobs file's).")] = None,
+    policy: Annotated[list[str] | None, typer.Option("--policy", "-p", help="Policy; repeat to compare (default elastic_dp).")] = None,
+    interval: Annotated[float, typer.Option("--interval", help="Δ: seconds between re-allocations.")] = SEED000_INTERVAL_S,
+    react: Annotated[bool, typer.Option("--react/--no-react", help="Also re-allocate on every arrival/completion.")] = False,
+    overflow: Annotated[OverflowMode, typer.Option("--overflow", help="What happens to jobs that do not fit.")] = OverflowMode.QUEUE,
+    seeds: Annotated[int, typer.Option("--seeds", help="Seeds per experiment setting (0..N-1).")] = 3,
+    in_place_cost: Annotated[float, typer.Option("--in-place-cost", help="Seconds lost per in-place rescale.")] = 1.0,
+    profiles: Annotated[Path, typer.Option("--profiles", help="Directory with seed000_cat*.json profiles.")] = DEFAULT_PROFILES,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Directory for CSVs, plots and summaries.")] = Path("out/simulate"),
+) -> None:
+    """Simulate a cluster with the same autoscaling loop a real run uses."""
+    if (workload is None) == (experiment is None):
+        fail("give either a WORKLOAD file or --experiment NAME")
+    if interval <= 0:
+        fail(f"interval={interval}: must be > 0")
+    if seeds < 1:
+        fail(f"seeds={seeds}: must be >= 1")
+    try:
+        cost = RescaleCost(in_place_s=in_place_cost)
+        out.mkdir(parents=True, exist_ok=True)
+        if experiment is not None:
+            if experiment not in EXPERIMENTS:
+                fail(f"experiment={experiment!r}: unknown; choose one of {', '.join(EXPERIMENTS)}")
+            _run_experiment(experiment, tuple(range(seeds)), interval, cost, profiles, out)
+            return
+        assert workload is not None
+        jobs, file_gpus = load_workload(workload, profiles)
+        capacity = gpus if gpus is not None else file_gpus
+        if capacity is None or capacity <= 0:
+            fail(f"gpus={capacity}: give a positive --gpus (or 'gpus' in the jobs file)")
+        names = policy or ["elastic_dp"]
+        for name in names:
+            make_policy(name)  # fail fast on a bad name, before any work
+        _run_trace(jobs, names, capacity, LoopSettings(interval_s=interval, overflow=overflow, react_to_events=react), cost, out)
+    except (UnknownPolicyError, TraceError) as exc:
+        fail(str(exc))
+    except ValueError as exc:
+        fail(str(exc))
