@@ -132,7 +132,7 @@ def read_trace(text: str, fmt: str, profiles: Mapping[str, ThroughputProfile], s
 def _row(job: JobSpec, profile_names: Mapping[ThroughputProfile, str]) -> dict[str, object]:
     return {
         "name": job.id,
-        "submit_s": round(job.arrival_time, 6),
+        "submit_s": job.arrival_time,
         "category": "",
         "model": job.workload,
         "samples": job.total_samples,
