@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from flows import cmd_plan, cmd_simulate
+from flows import cmd_plan, cmd_simulate, cmd_ui
 
 app = typer.Typer(
     name="malleable",
@@ -27,6 +27,7 @@ def _root() -> None:
 
 app.command("plan")(cmd_plan.plan)
 app.command("simulate")(cmd_simulate.simulate_command)
+app.command("ui")(cmd_ui.ui)
 
 
 def main() -> None:

@@ -1,0 +1,103 @@
+"""Every runtime setting in one place: ``MALLEABLE_*`` environment variables (or a ``.env``).
+
+Nothing else in the code base reads the environment for its own configuration; flows take a
+``Settings`` (or build one with ``load_settings``) and pass plain values down. Defaults need
+no server: MLflow on a sqlite file in the state directory, Dask ``LocalCluster``, Prefect's
+ephemeral API.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from allocator.admission import OverflowMode
+from allocator.policies import UnknownPolicyError, available_policies, make_policy
+
+ENV_PREFIX = "MALLEABLE_"
+
+
+class ClusterKind(str, Enum):
+    LOCAL = "local"
+    ADDRESS = "address"
+    KUBERNETES = "kubernetes"
+
+
+class SettingsError(ValueError):
+    """A setting has a bad value; the message is one line naming the variable and the value."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_file=".env", extra="ignore", frozen=True)
+
+    state_dir: Path = Field(Path(".malleable"), description="Where local state lives: MLflow sqlite, checkpoints, profile cache, metric buffer.")
+    tracking_uri: str | None = Field(None, description="MLflow tracking URI (default: sqlite:///<state_dir>/mlflow.db).")
+    experiment: str = Field("malleable", min_length=1, description="MLflow experiment name.")
+    checkpoint_dir: Path | None = Field(None, description="Checkpoints (default: <state_dir>/checkpoints).")
+    cluster: ClusterKind = Field(ClusterKind.LOCAL, description="Where Dask workers come from: local, address or kubernetes.")
+    scheduler_address: str | None = Field(None, description="Dask scheduler, e.g. tcp://10.0.0.5:8786 (cluster=address).")
+    workers: int = Field(4, ge=1, le=4096, description="(Virtual) GPU workers: one Dask worker each, resource GPU=1.")
+    policy: str = Field("elastic_dp", description="Allocation policy name.")
+    interval_s: float = Field(10.0, gt=0, description="Δ: seconds between re-allocations.")
+    overflow: OverflowMode = Field(OverflowMode.QUEUE, description="Jobs that do not fit: drop or queue.")
+    kube_image: str = Field("malleable:0.1.0", min_length=1, description="Container image of Kubernetes Dask workers.")
+    kube_namespace: str = Field("default", min_length=1, description="Kubernetes namespace.")
+    tracking_timeout_s: float = Field(5.0, gt=0, description="Seconds before an MLflow request counts as unreachable.")
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, value: str) -> str:
+        try:
+            make_policy(value)
+        except UnknownPolicyError:
+            raise ValueError(f"unknown policy; choose one of {', '.join(available_policies())}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _address_needs_scheduler(self) -> Settings:
+        if self.cluster is ClusterKind.ADDRESS and not self.scheduler_address:
+            raise ValueError("cluster=address needs MALLEABLE_SCHEDULER_ADDRESS")
+        return self
+
+    @property
+    def resolved_tracking_uri(self) -> str:
+        if self.tracking_uri:
+            return self.tracking_uri
+        return f"sqlite:///{(self.state_dir / 'mlflow.db').resolve()}"
+
+    @property
+    def resolved_checkpoint_dir(self) -> Path:
+        return self.checkpoint_dir if self.checkpoint_dir is not None else self.state_dir / "checkpoints"
+
+    @property
+    def buffer_path(self) -> Path:
+        """Where tracking calls wait while the MLflow server is unreachable."""
+        return self.state_dir / "mlflow-buffer.jsonl"
+
+    @property
+    def profile_cache_dir(self) -> Path:
+        return self.state_dir / "profiles"
+
+
+def _one_line(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    loc = err.get("loc") or ()
+    field = str(loc[0]) if loc else ""
+    msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+    if not field:  # a model-level rule; its message names the variables itself
+        return msg
+    return f"{ENV_PREFIX}{field.upper()}={err.get('input')!r}: {msg}"
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Settings from the environment, with explicit overrides (CLI flags) winning.
+
+    Raises ``SettingsError`` with one line naming the variable and the value.
+    """
+    try:
+        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        raise SettingsError(_one_line(exc)) from None
