@@ -1,0 +1,268 @@
+"""MLflow through ``MlflowClient``, with a local buffer for when the tracking server is away.
+
+Training must never stop because the tracking server did. Every call goes through
+``Tracker``: while the server answers, calls go straight to it; when a call fails because the
+server cannot be reached, the user is told once, that call and every later one are appended
+to a JSONL journal on local disk (artifacts copied beside it), and each later call first
+tries — at most every ``retry_every_s`` — to replay the journal in order. Runs created while
+offline get a local reference (``offline-…``) that the replay maps to the real run id; the
+map is kept in the journal, so a later process (the next ``malleable`` command) can finish a
+flush this one could not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+from mlflow import MlflowClient
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.exceptions import MlflowException
+
+PARENT_TAG = "mlflow.parentRunId"
+OFFLINE_PREFIX = "offline-"
+# log_batch accepts at most 1000 metrics and 100 params per call.
+_MAX_METRICS, _MAX_PARAMS = 1000, 100
+
+
+@dataclass(frozen=True, slots=True)
+class MetricPoint:
+    key: str
+    value: float
+    step: int = 0
+    timestamp_ms: int | None = None
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """Did the call fail because the server could not be reached (rather than a bad request)?"""
+    if isinstance(exc, (requests.RequestException, ConnectionError, TimeoutError)):
+        return True
+    if isinstance(exc, MlflowException):
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, (requests.RequestException, ConnectionError, TimeoutError)):
+            return True
+        text = str(exc)
+        return "Max retries exceeded" in text or "Connection refused" in text or "timed out" in text
+    return False
+
+
+def _say(message: str) -> None:
+    from flows.console import err_console
+
+    err_console.print(f"[yellow]{message}[/]", highlight=False, soft_wrap=True)
+
+
+class Tracker:
+    def __init__(
+        self,
+        tracking_uri: str,
+        experiment: str,
+        buffer_path: Path | str,
+        *,
+        timeout_s: float = 5.0,
+        retry_every_s: float = 10.0,
+        notify: Callable[[str], None] = _say,
+    ) -> None:
+        if tracking_uri.startswith("http"):
+            # mlflow reads these per request; its default retries for minutes before failing.
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(max(1, int(timeout_s))))
+        if tracking_uri.startswith("sqlite:///"):
+            Path(tracking_uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        self.tracking_uri = tracking_uri
+        self.experiment = experiment
+        self.buffer_path = Path(buffer_path)
+        self.client = MlflowClient(tracking_uri)
+        self._retry_every_s = retry_every_s
+        self._notify = notify
+        self._told = False
+        self._last_try = 0.0
+        self._experiment_id: str | None = None
+        self._refs: dict[str, str] = {}
+
+    # ---- public API -------------------------------------------------------------------------
+
+    @property
+    def offline(self) -> bool:
+        """True while calls are waiting in the local journal."""
+        return self.buffer_path.exists() and self.buffer_path.stat().st_size > 0
+
+    def start_run(
+        self,
+        name: str,
+        *,
+        parent: str | None = None,
+        params: Mapping[str, object] | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> str:
+        """A run id (or, while offline, a local reference that later maps to one)."""
+        ref = OFFLINE_PREFIX + uuid.uuid4().hex
+        op = {"op": "create_run", "ref": ref, "name": name, "parent": parent, "tags": dict(tags or {})}
+        created = self._call(op)
+        run = created if isinstance(created, str) else ref
+        if params:
+            self.log_params(run, params)
+        return run
+
+    def log_params(self, run: str, params: Mapping[str, object]) -> None:
+        items = [[str(k), str(v)] for k, v in params.items()]
+        for i in range(0, len(items), _MAX_PARAMS):
+            self._call({"op": "log_batch", "run": run, "params": items[i : i + _MAX_PARAMS]})
+
+    def set_tags(self, run: str, tags: Mapping[str, object]) -> None:
+        self._call({"op": "log_batch", "run": run, "tags": [[str(k), str(v)] for k, v in tags.items()]})
+
+    def log_metrics(self, run: str, points: Iterable[MetricPoint]) -> None:
+        now = int(time.time() * 1000)
+        items = [[p.key, float(p.value), p.timestamp_ms if p.timestamp_ms is not None else now, int(p.step)] for p in points]
+        for i in range(0, len(items), _MAX_METRICS):
+            self._call({"op": "log_batch", "run": run, "metrics": items[i : i + _MAX_METRICS]})
+
+    def log_artifact(self, run: str, local_path: Path | str, artifact_path: str | None = None) -> None:
+        self._call({"op": "artifact", "run": run, "path": str(Path(local_path).resolve()), "artifact_path": artifact_path})
+
+    def log_text(self, run: str, text: str, name: str, artifact_path: str | None = None) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / name
+            path.write_text(text)
+            self.log_artifact(run, path, artifact_path)
+
+    def log_figure_file(self, run: str, png: Path | str) -> None:
+        self.log_artifact(run, png, "figures")
+
+    def end_run(self, run: str, status: str = "FINISHED") -> None:
+        self._call({"op": "terminate", "run": run, "status": status})
+
+    def run_id(self, run: str) -> str | None:
+        """The server's id for ``run`` (None while it exists only in the journal)."""
+        return self._refs.get(run) if run.startswith(OFFLINE_PREFIX) else run
+
+    def flush(self) -> bool:
+        """Replay the journal now; True when nothing is left waiting."""
+        self._last_try = time.monotonic()
+        if not self.offline:
+            return True
+        lines = [json.loads(line) for line in self.buffer_path.read_text().splitlines() if line.strip()]
+        ops = []
+        for op in lines:
+            if op["op"] == "refs":
+                self._refs.update(op["map"])
+            else:
+                ops.append(op)
+        for i, op in enumerate(ops):
+            try:
+                self._send(op)
+            except Exception as exc:
+                if not _unreachable(exc):
+                    raise
+                self._rewrite([{"op": "refs", "map": self._refs}, *ops[i:]])
+                return False
+        self.buffer_path.unlink(missing_ok=True)
+        shutil.rmtree(self._artifact_dir(), ignore_errors=True)
+        self._notify(f"MLflow at {self.tracking_uri} is reachable again: {len(ops)} buffered calls sent.")
+        self._told = False
+        return True
+
+    # ---- internals --------------------------------------------------------------------------
+
+    def _call(self, op: dict) -> object:
+        if self.offline and time.monotonic() - self._last_try >= self._retry_every_s:
+            self.flush()
+        if not self.offline:
+            try:
+                return self._send(op)
+            except Exception as exc:
+                if not _unreachable(exc):
+                    raise
+                if not self._told:
+                    self._notify(
+                        f"MLflow at {self.tracking_uri} is unreachable; training goes on and tracking calls are "
+                        f"buffered in {self.buffer_path} until it returns."
+                    )
+                    self._told = True
+                self._last_try = time.monotonic()
+        self._append(op)
+        return None
+
+    def _experiment(self) -> str:
+        if self._experiment_id is None:
+            found = self.client.get_experiment_by_name(self.experiment)
+            self._experiment_id = found.experiment_id if found is not None else self.client.create_experiment(self.experiment)
+        return self._experiment_id
+
+    def _resolve(self, ref: str | None) -> str | None:
+        if ref is None or not ref.startswith(OFFLINE_PREFIX):
+            return ref
+        if ref not in self._refs:
+            raise ConnectionError(f"run {ref} not created yet")  # its create_run is still waiting
+        return self._refs[ref]
+
+    def _send(self, op: dict) -> object:
+        kind = op["op"]
+        if kind == "create_run":
+            tags = dict(op["tags"])
+            parent = self._resolve(op["parent"])
+            if parent is not None:
+                tags[PARENT_TAG] = parent
+            run = self.client.create_run(self._experiment(), run_name=op["name"], tags=tags)
+            self._refs[op["ref"]] = run.info.run_id
+            return run.info.run_id
+        run_id = self._resolve(op["run"])
+        assert run_id is not None
+        if kind == "log_batch":
+            self.client.log_batch(
+                run_id,
+                metrics=[Metric(k, v, ts, step) for k, v, ts, step in op.get("metrics", ())],
+                params=[Param(k, v) for k, v in op.get("params", ())],
+                tags=[RunTag(k, v) for k, v in op.get("tags", ())],
+            )
+        elif kind == "artifact":
+            self.client.log_artifact(run_id, op["path"], op.get("artifact_path"))
+        elif kind == "terminate":
+            self.client.set_terminated(run_id, op["status"])
+        else:
+            raise ValueError(f"journal op={kind!r}: unknown")
+        return None
+
+    def _artifact_dir(self) -> Path:
+        return self.buffer_path.with_name(self.buffer_path.name + ".artifacts")
+
+    def _append(self, op: dict) -> None:
+        if op["op"] == "artifact":
+            # The original may be a temporary file; keep a copy until the server has it.
+            dest = self._artifact_dir() / uuid.uuid4().hex / Path(op["path"]).name
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(op["path"], dest)
+            op = {**op, "path": str(dest)}
+        self.buffer_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.buffer_path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(op) + "\n")
+
+    def _rewrite(self, ops: Sequence[dict]) -> None:
+        fd, tmp = tempfile.mkstemp(dir=self.buffer_path.parent, prefix=".buffer-", suffix=".jsonl")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            for op in ops:
+                f.write(json.dumps(op) + "\n")
+        os.replace(tmp, self.buffer_path)
+
+
+def tracker_from_settings(settings: object, **kwargs: object) -> Tracker:
+    """A Tracker configured from ``flows.settings.Settings``."""
+    from flows.settings import Settings
+
+    assert isinstance(settings, Settings)
+    return Tracker(
+        settings.resolved_tracking_uri,
+        settings.experiment,
+        settings.buffer_path,
+        timeout_s=settings.tracking_timeout_s,
+        **kwargs,  # type: ignore[arg-type]
+    )

@@ -1,0 +1,115 @@
+"""MLflow tracking: parent and nested runs, batched metrics, artifacts; buffering while unreachable."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+import torch
+from mlflow import MlflowClient
+
+from flows.tracking import PARENT_TAG, MetricPoint, Tracker
+
+
+def test_parent_nested_metrics_and_artifacts_on_sqlite(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    told: list[str] = []
+    t = Tracker(uri, "exp", tmp_path / "buffer.jsonl", notify=told.append)
+    parent = t.start_run("cluster", params={"policy": "elastic_dp", "capacity": 4})
+    child = t.start_run("job-a", parent=parent, params={"max_gpus": 2})
+    t.log_metrics(child, [MetricPoint("gpus", g, step) for step, g in enumerate([1, 2, 2, 1])])
+    csv = tmp_path / "schedule.csv"
+    csv.write_text("time,job,gpus,batch\n0,a,1,32\n")
+    t.log_artifact(parent, csv)
+    t.log_text(parent, "# summary\n", "summary.md")
+    t.end_run(child)
+    t.end_run(parent)
+
+    client = MlflowClient(uri)
+    assert client.get_run(child).data.tags[PARENT_TAG] == parent
+    assert client.get_run(parent).data.params == {"policy": "elastic_dp", "capacity": "4"}
+    history = client.get_metric_history(child, "gpus")
+    assert [(m.step, m.value) for m in sorted(history, key=lambda m: m.step)] == [(0, 1), (1, 2), (2, 2), (3, 1)]
+    assert {a.path for a in client.list_artifacts(parent)} == {"schedule.csv", "summary.md"}
+    assert client.get_run(parent).info.status == "FINISHED"
+    assert not t.offline and told == []
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"mlflow server exited with {proc.returncode}")
+        try:
+            if requests.get(f"{url}/health", timeout=1).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError("mlflow server did not come up")
+
+
+@pytest.mark.slow
+def test_unreachable_server_training_goes_on_and_metrics_arrive_later(tmp_path):
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    told: list[str] = []
+    t = Tracker(url, "offline-exp", tmp_path / "buffer.jsonl", retry_every_s=0.0, notify=told.append)
+
+    # A real (tiny) training loop that logs every step while nobody is listening.
+    torch.manual_seed(0)
+    x = torch.randn(256, 8)
+    y = (x @ torch.randn(8, 1)).squeeze(1)
+    model = torch.nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    run = t.start_run("train", params={"lr": 0.1})
+    losses = []
+    for step in range(30):
+        loss = torch.nn.functional.mse_loss(model(x).squeeze(1), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        t.log_metrics(run, [MetricPoint("loss", loss.item(), step)])
+    model_file = tmp_path / "model.pt"
+    torch.save(model.state_dict(), model_file)
+    t.log_artifact(run, model_file, "model")
+    t.end_run(run)
+
+    assert losses[-1] < 0.1 * losses[0]  # training completed, undisturbed
+    assert t.offline and run.startswith("offline-")
+    assert len(told) == 1 and "unreachable" in told[0]  # told once, not per call
+    assert t.run_id(run) is None
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
+         "--artifacts-destination", str(tmp_path / "artifacts"), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_healthy(url, proc)
+        assert t.flush()
+        assert not t.offline
+        run_id = t.run_id(run)
+        assert run_id is not None
+        client = MlflowClient(url)
+        history = sorted(client.get_metric_history(run_id, "loss"), key=lambda m: m.step)
+        assert [m.step for m in history] == list(range(30))
+        assert history[-1].value == pytest.approx(losses[-1])
+        assert client.get_run(run_id).info.status == "FINISHED"
+        assert [a.path for a in client.list_artifacts(run_id, "model")] == ["model/model.pt"]
+        assert "reachable again" in told[-1]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
