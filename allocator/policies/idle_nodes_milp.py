@@ -1,0 +1,374 @@
+"""Seed 003 (BFTrainer): the idle-node MILP, built with PuLP and solved with HiGHS.
+
+Two formulations with the same optimum:
+
+* ``node`` — the paper's model (Sec. 3): binaries x_jn (node n serves trainer j), each
+  node to at most one trainer (Eqn. 5), N_j = sum_n x_jn in {0} U [N_min, N_max]
+  (Eqn. 3-4), no migration (Eqn. 6-10), scale-up/-down binaries (Eqn. 15) and the
+  objective T_fwd * sum O_j(N_j) - sum O_j(C_j) R_j (Eqn. 16).
+* ``count`` (default) — integer N_j per trainer and sum N_j <= |N|, then
+  ``assign_nodes`` places them. The objective only depends on the counts and every
+  count vector that fits can be placed without migration, so the optimum is the same
+  with J instead of J x |N| decision variables.
+
+Deviations from the paper, each exact, not approximate:
+
+* The XOR auxiliaries u_jn of Eqn. 9 are affine in x_jn because a_jn is a constant
+  (u = x where a = 0, 1 - x where a = 1), so they are substituted, not added as binaries;
+  the big-M pair of Eqn. 10 becomes "removed <= C_j z_j, added <= N_max (1 - z_j)" with a
+  per-node form x_jn >= 1 - z_j for current nodes (a tighter LP, same integer points).
+* SOS2 (Eqn. 11-12) is ignored by HiGHS, so O_j is modelled as a concave LP (minimum of
+  its segment lines) when the curve is concave, and otherwise with one binary per segment
+  (a disaggregated convex-combination model, exact at integer N_j).
+* Eqn. 4's y_l / y_u pair is the binary r_j (trainer runs) with N_min r_j <= N_j <= N_max r_j.
+
+Safety (Sec. 3.6): the solver's model status and primal-solution status are read, not
+just the objective. On a time-out with a solution we keep the better of it and the
+current map; on a time-out without one, infeasibility or an error we keep the current
+map (trainers below N_min after preemption get zero) and say why.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+import pulp
+
+from allocator.idle_nodes.model import (
+    Problem,
+    ScalingCurve,
+    Trainer,
+    assign_nodes,
+    check_assignment,
+    counts_feasible,
+    objective_value,
+)
+from allocator.idle_nodes.snapshot_io import (
+    ObjectiveKind,
+    RescaleCost,
+    allocation_from_assignment,
+    problem_from_snapshot,
+)
+from allocator.policies.base import register
+from allocator.types import Allocation, ClusterSnapshot
+
+
+class Formulation(str, Enum):
+    COUNT = "count"
+    NODE = "node"
+
+
+class PwlMode(str, Enum):
+    AUTO = "auto"  # concave LP where the curve is concave, segment binaries otherwise
+    BINARY = "binary"  # segment binaries always
+
+
+class SolveStatus(str, Enum):
+    OPTIMAL = "optimal"
+    TIME_LIMIT_FEASIBLE = "time_limit_feasible"
+    TIME_LIMIT_NO_SOLUTION = "time_limit_no_solution"
+    INFEASIBLE = "infeasible"
+    ERROR = "error"
+
+
+@dataclass(slots=True)
+class BuiltModel:
+    """A PuLP problem plus handles to read the answer back (mutable: PuLP fills values in)."""
+
+    problem: Problem
+    formulation: Formulation
+    lp: pulp.LpProblem
+    counts: list[pulp.LpAffineExpression | pulp.LpVariable]
+    x: list[dict[str, pulp.LpVariable]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class SolveResult:
+    status: SolveStatus
+    objective: float | None
+    solve_s: float
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What one event's solve decided and why: the node map, its objective, the solver's word."""
+
+    assignment: Mapping[str, tuple[str, ...]]
+    objective: float
+    status: SolveStatus
+    kept_previous: bool
+    reason: str
+    build_s: float
+    solve_s: float
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {job: len(nodes) for job, nodes in self.assignment.items()}
+
+
+# ---------------------------------------------------------------- build
+
+
+def _add_scaling(lp: pulp.LpProblem, j: int, t: Trainer, n_expr, pwl: PwlMode) -> pulp.LpAffineExpression:
+    """Constrain n_expr to {0} U [nmin, nmax] and return an expression equal to O_j(n_expr)."""
+    curve = t.curve.restricted(t.nmin, t.nmax)
+    pts, vals = curve.nodes, curve.values
+    if len(pts) == 1:
+        run = pulp.LpVariable(f"run_{j}", cat=pulp.LpBinary)
+        lp += n_expr == pts[0] * run, f"size_{j}"
+        return vals[0] * run
+    if pwl is PwlMode.AUTO and curve.is_concave:
+        run = pulp.LpVariable(f"run_{j}", cat=pulp.LpBinary)
+        lp += n_expr >= t.nmin * run, f"nmin_{j}"
+        lp += n_expr <= t.nmax * run, f"nmax_{j}"
+        f = pulp.LpVariable(f"o_{j}", lowBound=0)
+        for i in range(1, len(pts)):
+            slope = (vals[i] - vals[i - 1]) / (pts[i] - pts[i - 1])
+            # homogenised in run, so run = 0 (n = 0) leaves f <= 0
+            lp += f <= (vals[i - 1] - slope * pts[i - 1]) * run + slope * n_expr, f"seg_{j}_{i}"
+        lp += f <= max(vals) * run, f"cap_{j}"
+        return f
+    segs, parts, value = [], [], []
+    for i in range(1, len(pts)):
+        s = pulp.LpVariable(f"s_{j}_{i}", cat=pulp.LpBinary)
+        mu = pulp.LpVariable(f"mu_{j}_{i}", lowBound=0)
+        lp += mu >= pts[i - 1] * s, f"mulo_{j}_{i}"
+        lp += mu <= pts[i] * s, f"muhi_{j}_{i}"
+        slope = (vals[i] - vals[i - 1]) / (pts[i] - pts[i - 1])
+        segs.append(s)
+        parts.append(mu)
+        value.append((vals[i - 1] - slope * pts[i - 1]) * s + slope * mu)
+    lp += pulp.lpSum(segs) <= 1, f"oneseg_{j}"
+    lp += n_expr == pulp.lpSum(parts), f"n_is_mu_{j}"
+    return pulp.lpSum(value)
+
+
+def _add_rescale(lp: pulp.LpProblem, j: int, t: Trainer, n_expr, big_m: int) -> pulp.LpAffineExpression:
+    """Eqn. 15: z_u = 1 iff N_j > C_j, z_d = 1 iff N_j < C_j; returns the lost objective (Eqn. 14, 16)."""
+    c = t.c
+    zu = pulp.LpVariable(f"zu_{j}", cat=pulp.LpBinary)
+    lp += n_expr <= c + (big_m - c) * zu, f"up_a_{j}"
+    lp += n_expr >= (c + 1) * zu, f"up_b_{j}"
+    loss = t.rate(c) * t.up_s * zu
+    if c > 0:
+        zd = pulp.LpVariable(f"zd_{j}", cat=pulp.LpBinary)
+        lp += n_expr <= (c - 1) + (big_m - (c - 1)) * (1 - zd), f"dw_a_{j}"
+        lp += n_expr >= c * (1 - zd), f"dw_b_{j}"
+        loss = loss + t.rate(c) * t.down_s * zd
+    return loss
+
+
+def build_count_model(problem: Problem, pwl: PwlMode = PwlMode.AUTO) -> BuiltModel:
+    lp = pulp.LpProblem("bftrainer_count", pulp.LpMaximize)
+    big_m = max(1, len(problem.nodes))
+    counts, gain, loss = [], [], []
+    for j, t in enumerate(problem.trainers):
+        n = pulp.LpVariable(f"n_{j}", lowBound=0, upBound=min(t.nmax, big_m), cat=pulp.LpInteger)
+        counts.append(n)
+        gain.append(_add_scaling(lp, j, t, n, pwl))
+        loss.append(_add_rescale(lp, j, t, n, big_m))
+    lp += pulp.lpSum(counts) <= len(problem.nodes), "capacity"
+    lp += problem.t_fwd * pulp.lpSum(gain) - pulp.lpSum(loss)
+    return BuiltModel(problem, Formulation.COUNT, lp, counts)
+
+
+def build_node_model(problem: Problem, pwl: PwlMode = PwlMode.AUTO) -> BuiltModel:
+    lp = pulp.LpProblem("bftrainer_node", pulp.LpMaximize)
+    big_m = max(1, len(problem.nodes))
+    x = [{n: pulp.LpVariable(f"x_{j}_{i}", cat=pulp.LpBinary) for i, n in enumerate(problem.nodes)} for j in range(len(problem.trainers))]
+    counts, gain, loss = [], [], []
+    for j, t in enumerate(problem.trainers):
+        n_expr = pulp.lpSum(x[j].values())
+        counts.append(n_expr)
+        gain.append(_add_scaling(lp, j, t, n_expr, pwl))
+        loss.append(_add_rescale(lp, j, t, n_expr, big_m))
+        if t.c > 0:
+            # No migration: z = 0 -> keep every current node (grow or stay); z = 1 -> add none.
+            z = pulp.LpVariable(f"shrink_{j}", cat=pulp.LpBinary)
+            for node in t.current:
+                lp += x[j][node] >= 1 - z, f"keep_{j}_{problem.nodes.index(node)}"
+            current = set(t.current)
+            lp += pulp.lpSum(v for node, v in x[j].items() if node not in current) <= t.nmax * (1 - z), f"noadd_{j}"
+    for i, node in enumerate(problem.nodes):
+        lp += pulp.lpSum(x[j][node] for j in range(len(problem.trainers))) <= 1, f"node_{i}"
+    lp += problem.t_fwd * pulp.lpSum(gain) - pulp.lpSum(loss)
+    return BuiltModel(problem, Formulation.NODE, lp, counts, x)
+
+
+def build(problem: Problem, formulation: Formulation = Formulation.COUNT, pwl: PwlMode = PwlMode.AUTO) -> BuiltModel:
+    return build_count_model(problem, pwl) if formulation is Formulation.COUNT else build_node_model(problem, pwl)
+
+
+# ---------------------------------------------------------------- solve
+
+
+def solve(built: BuiltModel, time_limit_s: float, mip_gap: float = 1e-6, threads: int = 1) -> SolveResult:
+    """Run HiGHS in-process and classify the outcome from its model and primal-solution status."""
+    if not (isinstance(time_limit_s, (int, float)) and math.isfinite(time_limit_s) and time_limit_s > 0):
+        raise ValueError(f"time_limit_s={time_limit_s!r}: must be a finite number > 0")
+    solver = pulp.HiGHS(msg=False, timeLimit=float(time_limit_s), gapRel=mip_gap, threads=threads)
+    start = time.perf_counter()
+    try:
+        built.lp.solve(solver)
+    except Exception as exc:  # a solver crash must not take the scheduler down
+        return SolveResult(SolveStatus.ERROR, None, time.perf_counter() - start, f"solver error: {exc}")
+    elapsed = time.perf_counter() - start
+    import highspy  # pulp.HiGHS needs it, so it is importable here
+
+    highs = built.lp.solverModel
+    model_status = highs.getModelStatus()
+    has_solution = highs.getInfo().primal_solution_status == 2  # kSolutionStatusFeasible
+    ms = highspy.HighsModelStatus
+    if model_status == ms.kOptimal and has_solution:
+        return SolveResult(SolveStatus.OPTIMAL, float(pulp.value(built.lp.objective)), elapsed, "optimal")
+    if model_status in (ms.kTimeLimit, ms.kIterationLimit, ms.kInterrupt):
+        if has_solution:
+            return SolveResult(
+                SolveStatus.TIME_LIMIT_FEASIBLE, float(pulp.value(built.lp.objective)), elapsed, f"time limit {time_limit_s}s hit with a feasible solution"
+            )
+        return SolveResult(SolveStatus.TIME_LIMIT_NO_SOLUTION, None, elapsed, f"time limit {time_limit_s}s hit before any feasible solution")
+    if model_status in (ms.kInfeasible, ms.kUnboundedOrInfeasible):
+        return SolveResult(SolveStatus.INFEASIBLE, None, elapsed, "model infeasible")
+    return SolveResult(SolveStatus.ERROR, None, elapsed, f"solver status {highs.modelStatusToString(model_status)} (pulp status {pulp.LpStatus[built.lp.status]}, sol_status {built.lp.sol_status})")
+
+
+# ---------------------------------------------------------------- extract
+
+
+def extract_counts(built: BuiltModel) -> tuple[int, ...]:
+    return tuple(int(round(pulp.value(c) or 0.0)) for c in built.counts)
+
+
+def extract(built: BuiltModel) -> dict[str, tuple[str, ...]]:
+    """The node map: read x_jn (node form) or place the counts without migration (count form)."""
+    problem = built.problem
+    if built.formulation is Formulation.COUNT:
+        return assign_nodes(problem, extract_counts(built))
+    out = {}
+    for t, xs in zip(problem.trainers, built.x):
+        nodes = tuple(n for n in problem.nodes if (xs[n].varValue or 0.0) > 0.5)
+        if nodes:
+            out[t.job_id] = nodes
+    return out
+
+
+def keep_current(problem: Problem) -> tuple[dict[str, tuple[str, ...]], tuple[int, ...]]:
+    """The current map made valid: a trainer left below its N_min by preemption gets zero."""
+    counts = tuple(t.c if t.c >= t.nmin else 0 for t in problem.trainers)
+    return assign_nodes(problem, counts), counts
+
+
+def decide(
+    problem: Problem,
+    formulation: Formulation = Formulation.COUNT,
+    time_limit_s: float = 10.0,
+    pwl: PwlMode = PwlMode.AUTO,
+    mip_gap: float = 1e-6,
+) -> Decision:
+    """Build, solve, extract; fall back to the current map whenever the answer is not usable."""
+    fallback, fallback_counts = keep_current(problem)
+    fallback_value = objective_value(problem, fallback_counts)
+    if not problem.trainers:
+        return Decision({}, 0.0, SolveStatus.OPTIMAL, False, "no trainers", 0.0, 0.0)
+    t0 = time.perf_counter()
+    built = build(problem, formulation, pwl)
+    build_s = time.perf_counter() - t0
+    result = solve(built, time_limit_s, mip_gap)
+    if result.status in (SolveStatus.OPTIMAL, SolveStatus.TIME_LIMIT_FEASIBLE):
+        try:
+            assignment = extract(built)
+            check_assignment(problem, assignment)
+            counts = tuple(len(assignment.get(t.job_id, ())) for t in problem.trainers)
+            if not counts_feasible(problem, counts):
+                raise ValueError(f"counts={counts}: violate the trainers' limits")
+        except (ValueError, StopIteration, TypeError) as exc:
+            return Decision(fallback, fallback_value, SolveStatus.ERROR, True, f"solver answer unusable ({exc}); kept the current map", build_s, result.solve_s)
+        value = objective_value(problem, counts)
+        if result.status is SolveStatus.TIME_LIMIT_FEASIBLE and fallback_value > value:
+            return Decision(fallback, fallback_value, result.status, True, f"{result.message}; the current map is better, kept it", build_s, result.solve_s)
+        return Decision(assignment, value, result.status, False, result.message, build_s, result.solve_s)
+    return Decision(fallback, fallback_value, result.status, True, f"{result.message}; kept the current map", build_s, result.solve_s)
+
+
+# ---------------------------------------------------------------- policy
+
+
+@dataclass(slots=True)
+class IdleNodesMilp:
+    """The Policy: snapshot (with ``nodes``) -> Problem -> Decision -> Allocation with node lists.
+
+    ``last`` holds the latest Decision so a caller (the replay, the CLI) can report the
+    solver status and solve time; the allocation itself never depends on it.
+    """
+
+    t_fwd: float = 120.0
+    formulation: Formulation = Formulation.COUNT
+    objective: ObjectiveKind = ObjectiveKind.THROUGHPUT
+    time_limit_s: float = 10.0
+    pwl: PwlMode = PwlMode.AUTO
+    mip_gap: float = 1e-6
+    default_cost: RescaleCost = field(default_factory=RescaleCost)
+    costs: Mapping[str, RescaleCost] = field(default_factory=dict)
+    curves: Mapping[str, ScalingCurve] = field(default_factory=dict)
+    name: str = "idle_nodes_milp"
+    last: Decision | None = None
+
+    def decide(self, snapshot: ClusterSnapshot) -> tuple[Problem, Decision]:
+        problem = problem_from_snapshot(snapshot, self.t_fwd, self.objective, self.default_cost, self.costs, self.curves)
+        decision = decide(problem, self.formulation, self.time_limit_s, self.pwl, self.mip_gap)
+        self.last = decision
+        return problem, decision
+
+    def allocate(self, snapshot: ClusterSnapshot) -> Allocation:
+        _, decision = self.decide(snapshot)
+        return allocation_from_assignment(snapshot, decision.assignment)
+
+
+def _enum(kind: type[Enum], field_name: str, value: object) -> Enum:
+    try:
+        return kind(value)
+    except ValueError:
+        raise ValueError(f"{field_name}={value!r}: choose one of {', '.join(k.value for k in kind)}") from None
+
+
+@register("idle_nodes_milp")
+def make_idle_nodes_milp(
+    t_fwd: float = 120.0,
+    formulation: str = "count",
+    objective: str = "throughput",
+    time_limit_s: float = 10.0,
+    pwl: str = "auto",
+    mip_gap: float = 1e-6,
+    up_s: float = 0.0,
+    down_s: float = 0.0,
+    costs: Mapping[str, RescaleCost] | None = None,
+    curves: Mapping[str, ScalingCurve] | None = None,
+) -> IdleNodesMilp:
+    if not (isinstance(time_limit_s, (int, float)) and math.isfinite(time_limit_s) and time_limit_s > 0):
+        raise ValueError(f"time_limit_s={time_limit_s!r}: must be a finite number > 0")
+    if not (isinstance(t_fwd, (int, float)) and math.isfinite(t_fwd) and t_fwd > 0):
+        raise ValueError(f"t_fwd={t_fwd!r}: must be a finite number > 0")
+    return IdleNodesMilp(
+        t_fwd=float(t_fwd),
+        formulation=_enum(Formulation, "formulation", formulation),
+        objective=_enum(ObjectiveKind, "objective", objective),
+        time_limit_s=float(time_limit_s),
+        pwl=_enum(PwlMode, "pwl", pwl),
+        mip_gap=mip_gap,
+        default_cost=RescaleCost(up_s, down_s),
+        costs=dict(costs or {}),
+        curves=dict(curves or {}),
+    )
+
+
+def solve_counts(problem: Problem, formulation: Formulation, time_limit_s: float = 60.0, pwl: PwlMode = PwlMode.AUTO) -> tuple[Sequence[int], SolveResult]:
+    """Counts and raw solver result, for tests and benchmarks that compare formulations."""
+    built = build(problem, formulation, pwl)
+    result = solve(built, time_limit_s)
+    counts = extract_counts(built) if result.objective is not None else ()
+    return counts, result
