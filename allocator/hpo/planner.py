@@ -1,0 +1,193 @@
+"""Plans: the static baseline, RubberBand's greedy planner, and an exhaustive search (seed 001 §3.2, §4.3).
+
+* ``static_baseline``: the cheapest fixed cluster (whole instances, 1..max_instances) whose
+  predicted JCT meets the deadline — the paper's baseline and the greedy's warm start.
+* ``greedy_plan``: Algorithm 2. From a feasible warm start, repeatedly lower one stage's GPUs
+  by the smallest step that keeps them a factor or a multiple of the stage's trials (so they
+  divide fairly), and take the candidate with the best cost saved per second of JCT added,
+  among those that still meet the deadline; stop when none saves more than ``min_saving``.
+  Warm starts: the static optimum and 2x, 3x its size (as the paper does), plus a plan
+  built up from the cheapest one: start at 1 GPU per stage and raise the stage with the most
+  JCT saved per cost added until the deadline is met.
+* ``exhaustive_plan``: every combination of allowed stage sizes; for checking the greedy on
+  small cases.
+
+All planning uses the model in one mode: deterministic by default, or Monte-Carlo with
+``samples`` and a fixed ``seed`` (each candidate is scored with the same random stream —
+common random numbers — so candidates are compared on the same draws).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from allocator.hpo.model import Prediction, predict, static_plan
+from allocator.hpo.spec import HpoSpec
+
+
+class NoFeasiblePlanError(Exception):
+    """No plan searched meets the deadline."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlanResult:
+    """The chosen plan's prediction, how it was found, and how many plans were scored."""
+
+    prediction: Prediction
+    method: str
+    evaluations: int
+
+
+class Scorer:
+    """Scores plans with one model mode; memoises, and counts the model runs."""
+
+    __slots__ = ("spec", "samples", "seed", "_cache")
+
+    def __init__(self, spec: HpoSpec, samples: int = 0, seed: int = 0) -> None:
+        self.spec, self.samples, self.seed = spec, samples, seed
+        self._cache: dict[tuple[int, ...], Prediction] = {}
+
+    def __call__(self, plan: tuple[int, ...]) -> Prediction:
+        hit = self._cache.get(plan)
+        if hit is None:
+            # Common random numbers: every plan sees the same stream.
+            rng = np.random.default_rng(self.seed) if self.samples else None
+            hit = predict(self.spec, plan, samples=self.samples, rng=rng)
+            self._cache[plan] = hit
+        return hit
+
+    @property
+    def evaluations(self) -> int:
+        return len(self._cache)
+
+    def ok(self, p: Prediction) -> bool:
+        return p.meets(self.spec.deadline_s)
+
+
+def allowed_sizes(trials: int, max_gpus: int, max_per_trial: int) -> tuple[int, ...]:
+    """Stage sizes that divide fairly: factors of ``trials`` and multiples up to the caps."""
+    factors = [d for d in range(1, trials + 1) if trials % d == 0 and d <= max_gpus]
+    multiples = [trials * g for g in range(2, max_per_trial + 1) if trials * g <= max_gpus]
+    return tuple(sorted(set(factors + multiples)))
+
+
+def _sizes(spec: HpoSpec) -> list[tuple[int, ...]]:
+    return [allowed_sizes(s.trials, spec.cloud.max_gpus, spec.trial.max_gpus_per_trial) for s in spec.stages]
+
+
+def static_baseline(spec: HpoSpec, scorer: Scorer | None = None) -> PlanResult:
+    """The cheapest fixed cluster of whole instances that meets the deadline."""
+    scorer = scorer or Scorer(spec)
+    per = spec.cloud.instance.gpus
+    best: Prediction | None = None
+    for n in range(1, spec.cloud.max_instances + 1):
+        p = scorer(static_plan(spec, n * per))
+        if scorer.ok(p) and (best is None or p.cost < best.cost):
+            best = p
+    if best is None:
+        fastest = min((scorer(static_plan(spec, n * per)) for n in range(1, spec.cloud.max_instances + 1)), key=lambda p: p.jct_s)
+        raise NoFeasiblePlanError(
+            f"deadline_s={spec.deadline_s}: no static cluster of up to {spec.cloud.max_instances} instances meets it "
+            f"(fastest: {fastest.plan[0]} GPUs, JCT {fastest.jct_s:.0f} s)"
+        )
+    return PlanResult(best, "static", scorer.evaluations)
+
+
+def _step(sizes: tuple[int, ...], current: int, down: bool) -> int | None:
+    if down:
+        lower = [s for s in sizes if s < current]
+        return lower[-1] if lower else None
+    higher = [s for s in sizes if s > current]
+    return higher[0] if higher else None
+
+
+def descend(spec: HpoSpec, start: tuple[int, ...], scorer: Scorer, min_saving: float = 1e-9) -> Prediction:
+    """Algorithm 2 from a feasible ``start``: lower one stage at a time, best cost saved per JCT added."""
+    sizes = _sizes(spec)
+    best = scorer(start)
+    while True:
+        choice: tuple[float, Prediction] | None = None
+        for i, a in enumerate(best.plan):
+            lower = _step(sizes[i], a, down=True)
+            if lower is None:
+                continue
+            cand = scorer(best.plan[:i] + (lower,) + best.plan[i + 1 :])
+            saving = best.cost - cand.cost
+            if not scorer.ok(cand) or saving <= min_saving:
+                continue
+            added = cand.jct_s - best.jct_s
+            merit = math.inf if added <= 0 else saving / added
+            if choice is None or merit > choice[0] or (merit == choice[0] and cand.cost < choice[1].cost):
+                choice = (merit, cand)
+        if choice is None:
+            return best
+        best = choice[1]
+
+
+def ascend(spec: HpoSpec, scorer: Scorer) -> Prediction | None:
+    """From the cheapest plan (the fewest GPUs in every stage), raise the stage that buys the
+    most JCT per unit of cost until the deadline is met; None if no single raise helps."""
+    sizes = _sizes(spec)
+    best = scorer(tuple(s[0] for s in sizes))
+    while not scorer.ok(best):
+        choice: tuple[float, Prediction] | None = None
+        for i, a in enumerate(best.plan):
+            higher = _step(sizes[i], a, down=False)
+            if higher is None:
+                continue
+            cand = scorer(best.plan[:i] + (higher,) + best.plan[i + 1 :])
+            gained = best.jct_s - cand.jct_s
+            if gained <= 0:
+                continue
+            added = cand.cost - best.cost
+            merit = math.inf if added <= 0 else gained / added
+            if choice is None or merit > choice[0]:
+                choice = (merit, cand)
+        if choice is None:
+            return None
+        best = choice[1]
+    return best
+
+
+def greedy_plan(spec: HpoSpec, *, samples: int = 0, seed: int = 0, warm_multiples: tuple[int, ...] = (1, 2, 3)) -> PlanResult:
+    """RubberBand's planner; never worse than the static baseline it starts from."""
+    scorer = Scorer(spec, samples, seed)
+    starts: list[tuple[int, ...]] = []
+    try:
+        static = static_baseline(spec, scorer).prediction
+        for m in warm_multiples:
+            size = min(static.plan[0] * m, spec.cloud.max_gpus)
+            if scorer.ok(scorer(static_plan(spec, size))):
+                starts.append(static_plan(spec, size))
+    except NoFeasiblePlanError:
+        static = None
+    built = ascend(spec, scorer)
+    if built is not None:
+        starts.append(built.plan)
+    if not starts:
+        raise NoFeasiblePlanError(f"deadline_s={spec.deadline_s}: neither a static cluster nor the greedy ascent meets it")
+    results = [descend(spec, s, scorer) for s in dict.fromkeys(starts)]
+    best = min(results, key=lambda p: (p.cost, p.jct_s))
+    return PlanResult(best, "greedy", scorer.evaluations)
+
+
+def exhaustive_plan(spec: HpoSpec, *, samples: int = 0, seed: int = 0, limit: int = 200_000) -> PlanResult:
+    """The cheapest plan meeting the deadline over every combination of allowed stage sizes."""
+    sizes = _sizes(spec)
+    count = math.prod(len(s) for s in sizes)
+    if count > limit:
+        raise ValueError(f"exhaustive_plan: {count} plans exceed limit={limit}; use greedy_plan")
+    scorer = Scorer(spec, samples, seed)
+    best: Prediction | None = None
+    for plan in itertools.product(*sizes):
+        p = scorer(plan)
+        if scorer.ok(p) and (best is None or (p.cost, p.jct_s) < (best.cost, best.jct_s)):
+            best = p
+    if best is None:
+        raise NoFeasiblePlanError(f"deadline_s={spec.deadline_s}: no plan of {count} meets it")
+    return PlanResult(best, "exhaustive", scorer.evaluations)
+
