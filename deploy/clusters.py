@@ -1,0 +1,125 @@
+"""Where Dask workers come from: a LocalCluster, an existing scheduler, or Kubernetes.
+
+Every worker stands for one GPU and advertises the Dask resource ``GPU=1``, so a task that
+asks for ``resources={"GPU": 1}`` lands on a worker of its own. On a machine without GPUs
+the same layout gives *virtual* GPUs (one single-threaded worker process each), which is
+how tests and the quickstart run.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from distributed import Client, LocalCluster
+
+GPU_RESOURCE = "GPU"
+K8S_GPU = "nvidia.com/gpu"
+# The image's non-root user (deploy/Dockerfile).
+RUN_AS_USER = 10001
+
+
+def local_cluster(workers: int, *, memory_limit: str | None = None, dashboard: bool = False) -> LocalCluster:
+    """One single-threaded worker process per (virtual) GPU, each with ``GPU=1``."""
+    if not (isinstance(workers, int) and workers >= 1):
+        raise ValueError(f"workers={workers!r}: must be a positive integer")
+    return LocalCluster(
+        n_workers=workers,
+        threads_per_worker=1,
+        processes=True,
+        resources={GPU_RESOURCE: 1},
+        memory_limit=memory_limit or 0,
+        dashboard_address=":0" if dashboard else None,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class KubeSpec:
+    """A DaskCluster custom resource whose default worker group is the GPU group."""
+
+    name: str = "malleable"
+    namespace: str = "default"
+    image: str = "malleable:0.1.0"
+    workers: int = 4
+    gpus_per_worker: int = 1
+    cpu: str = "4"
+    memory: str = "16Gi"
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.name.replace("-", "").isalnum() or self.name != self.name.lower():
+            raise ValueError(f"KubeSpec.name={self.name!r}: must be a lowercase DNS label (letters, digits, dashes)")
+        if not (isinstance(self.workers, int) and self.workers >= 0):
+            raise ValueError(f"KubeSpec.workers={self.workers!r}: must be an integer >= 0")
+        if not (isinstance(self.gpus_per_worker, int) and self.gpus_per_worker >= 1):
+            raise ValueError(f"KubeSpec.gpus_per_worker={self.gpus_per_worker!r}: must be a positive integer")
+        if not self.image:
+            raise ValueError(f"KubeSpec.image={self.image!r}: must name a container image")
+
+
+def _non_root(container: dict) -> None:
+    container["securityContext"] = {
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS_USER,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
+def kube_cluster_spec(spec: KubeSpec) -> dict:
+    """The DaskCluster resource (a plain dict; built offline, nothing contacts a cluster)."""
+    from dask_kubernetes.operator import make_cluster_spec
+
+    env = dict(spec.env)
+    cluster = copy.deepcopy(make_cluster_spec(name=spec.name, image=spec.image, n_workers=spec.workers, env=env or None))
+    cluster["metadata"]["namespace"] = spec.namespace
+    worker = cluster["spec"]["worker"]["spec"]["containers"][0]
+    # One Dask worker per GPU: the scheduler sees GPU=N and places one rank per GPU.
+    worker["args"] = [
+        "dask", "worker",
+        "--nthreads", "1",
+        "--resources", f"{GPU_RESOURCE}={spec.gpus_per_worker}",
+        "--name", "$(DASK_WORKER_NAME)",
+        "--dashboard", "--dashboard-address", "8788",
+    ]  # fmt: skip
+    worker["resources"] = {
+        "limits": {K8S_GPU: spec.gpus_per_worker, "cpu": spec.cpu, "memory": spec.memory},
+        "requests": {K8S_GPU: spec.gpus_per_worker, "cpu": spec.cpu, "memory": spec.memory},
+    }
+    _non_root(worker)
+    pod = cluster["spec"]["worker"]["spec"]
+    pod["tolerations"] = [{"key": K8S_GPU, "operator": "Exists", "effect": "NoSchedule"}]
+    _non_root(cluster["spec"]["scheduler"]["spec"]["containers"][0])
+    return cluster
+
+
+def kubernetes_cluster(spec: KubeSpec):  # pragma: no cover - needs a Kubernetes cluster with the Dask operator
+    from dask_kubernetes.operator import KubeCluster
+
+    return KubeCluster(custom_cluster_spec=kube_cluster_spec(spec), namespace=spec.namespace)
+
+
+@contextmanager
+def connect(kind: str, *, workers: int = 4, address: str | None = None, kube: KubeSpec | None = None) -> Iterator[Client]:
+    """A Dask client for the configured cluster kind; the cluster lives as long as the block."""
+    if kind == "local":
+        with local_cluster(workers) as cluster, Client(cluster) as client:
+            yield client
+    elif kind == "address":
+        if not address:
+            raise ValueError("scheduler_address=None: cluster=address needs a scheduler address")
+        with Client(address) as client:
+            yield client
+    elif kind == "kubernetes":
+        with kubernetes_cluster(kube or KubeSpec(workers=workers)) as cluster, Client(cluster) as client:
+            yield client
+    else:
+        raise ValueError(f"cluster={kind!r}: must be local, address or kubernetes")
+
+
+def gpu_workers(client: Client) -> list[str]:
+    """Addresses of the workers advertising a GPU, sorted (stable rank placement)."""
+    info = client.scheduler_info(n_workers=-1)["workers"]
+    return sorted(addr for addr, w in info.items() if w.get("resources", {}).get(GPU_RESOURCE, 0) >= 1)

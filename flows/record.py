@@ -1,0 +1,198 @@
+"""Record a finished loop run (simulated or real) in MLflow: parent run, one nested run per job.
+
+The parent holds the run's settings as params, cluster-level metrics over time, the schedule
+CSV and the figures; each job's nested run holds its spec as params and its GPUs, global
+batch, per-GPU batch and modelled samples/s as metrics over time (step = whole seconds since
+the run began), plus what the executor measured (loss, accuracy, ...) when there is any.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from allocator.loop import LoopResult
+from allocator.metrics import RunMetrics, schedule_csv, summarise
+from allocator.throughput import throughput
+from allocator.types import JobSpec
+from flows.plots import plot_completed, plot_gpus_per_job
+from flows.tracking import MetricPoint, Tracker
+
+
+@dataclass(frozen=True, slots=True)
+class JobOutcome:
+    """What a flow reports per job, real or simulated."""
+
+    job_id: str
+    arrival_s: float
+    start_s: float | None
+    finish_s: float | None
+    jct_s: float | None
+    rescales: int
+    final_accuracy: float | None = None
+    final_loss: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedRun:
+    parent_run: str
+    job_runs: Mapping[str, str]
+    metrics: RunMetrics
+    outcomes: tuple[JobOutcome, ...]
+
+
+def job_params(spec: JobSpec) -> dict[str, object]:
+    return {
+        "workload": spec.workload,
+        "total_samples": spec.total_samples,
+        "min_batch": spec.min_batch,
+        "max_batch": spec.max_batch,
+        "max_gpus": spec.max_gpus,
+        "min_gpus": spec.min_gpus,
+        "elastic": spec.elastic,
+        "arrival_s": spec.arrival_time,
+        "fixed_batch": spec.fixed_batch,
+        "num_params": spec.profile.num_params,
+        "hardware": spec.profile.hardware,
+    }
+
+
+def outcomes(result: LoopResult, measured: Mapping[str, Mapping[str, float]] | None = None) -> tuple[JobOutcome, ...]:
+    out = []
+    for r in result.jobs:
+        rescales = sum(1 for e in result.events if e.job_id == r.job_id and e.kind.value in ("in_place", "restart"))
+        final = (measured or {}).get(r.job_id, {})
+        out.append(
+            JobOutcome(
+                job_id=r.job_id,
+                arrival_s=r.arrival,
+                start_s=r.start,
+                finish_s=r.finish,
+                jct_s=None if r.finish is None else r.finish - r.arrival,
+                rescales=rescales,
+                final_accuracy=final.get("accuracy"),
+                final_loss=final.get("loss"),
+            )
+        )
+    return tuple(out)
+
+
+def _schedule_points(result: LoopResult, spec: JobSpec, start_ms: int) -> list[MetricPoint]:
+    points = []
+    for row in result.schedule:
+        if row.job_id != spec.id:
+            continue
+        step, ts = int(round(row.time)), start_ms + int(row.time * 1000)
+        rate = throughput(spec.profile, row.batch, row.gpus) if row.gpus > 0 else 0.0
+        per_gpu = -(-row.batch // row.gpus) if row.gpus > 0 else 0
+        points += [
+            MetricPoint("gpus", row.gpus, step, ts),
+            MetricPoint("batch", row.batch, step, ts),
+            MetricPoint("batch_per_gpu", per_gpu, step, ts),
+            MetricPoint("modelled_samples_per_s", rate, step, ts),
+        ]
+    return points
+
+
+def _cluster_points(result: LoopResult, start_ms: int) -> list[MetricPoint]:
+    points = [MetricPoint("gpus_in_use", g, int(round(t)), start_ms + int(t * 1000)) for t, g in result.gpu_usage]
+    finishes = sorted(r.finish for r in result.jobs if r.finish is not None)
+    points += [MetricPoint("jobs_completed", i + 1, int(round(t)), start_ms + int(t * 1000)) for i, t in enumerate(finishes)]
+    return points
+
+
+def summary_metrics(m: RunMetrics) -> dict[str, float]:
+    values = {
+        "jobs_completed": m.jobs_completed,
+        "drop_ratio": m.drop_ratio,
+        "sjs_efficiency": m.sjs_efficiency,
+        "gpu_utilisation": m.gpu_utilisation,
+        "rescales": m.rescales,
+        "rescale_cost_s": m.rescale_cost_s,
+        "makespan_s": m.makespan_s,
+        "avg_jct_s": m.avg_jct_s,
+        "p95_jct_s": m.p95_jct_s,
+        "avg_queue_delay_s": m.avg_queue_delay_s,
+    }
+    return {k: float(v) for k, v in values.items() if v is not None}
+
+
+def record_run(
+    tracker: Tracker,
+    name: str,
+    result: LoopResult,
+    specs: Mapping[str, JobSpec],
+    *,
+    mode: str,
+    start_ms: int,
+    params: Mapping[str, object] | None = None,
+    measured_series: Mapping[str, Sequence[MetricPoint]] | None = None,
+    measured_final: Mapping[str, Mapping[str, float]] | None = None,
+    parent: str | None = None,
+) -> RecordedRun:
+    """Log ``result`` as a parent run with nested job runs; returns their ids (or offline refs)."""
+    metrics = summarise(result, specs)
+    run_params = {
+        "mode": mode,
+        "policy": result.policy,
+        "capacity": result.capacity,
+        "interval_s": result.settings.interval_s,
+        "overflow": result.settings.overflow.value,
+        "react_to_events": result.settings.react_to_events,
+        "jobs": len(specs),
+        **(params or {}),
+    }
+    parent_run = tracker.start_run(name, parent=parent, params=run_params, tags={"malleable.mode": mode, "malleable.policy": result.policy})
+    tracker.log_metrics(parent_run, _cluster_points(result, start_ms))
+    job_runs: dict[str, str] = {}
+    outs = outcomes(result, measured_final)
+    for out in outs:
+        spec = specs[out.job_id]
+        run = tracker.start_run(out.job_id, parent=parent_run, params=job_params(spec), tags={"malleable.mode": mode})
+        job_runs[out.job_id] = run
+        points = _schedule_points(result, spec, start_ms) + list((measured_series or {}).get(out.job_id, ()))
+        final = {"rescales": float(out.rescales)}
+        if out.jct_s is not None:
+            final["jct_s"] = out.jct_s
+        if out.start_s is not None:
+            final["queue_delay_s"] = out.start_s - out.arrival_s
+        final.update({k: float(v) for k, v in (measured_final or {}).get(out.job_id, {}).items()})
+        points += [MetricPoint(k, v, int(round(result.end_time)), start_ms + int(result.end_time * 1000)) for k, v in final.items()]
+        tracker.log_metrics(run, points)
+        tracker.end_run(run, "FINISHED" if out.finish_s is not None else "KILLED")
+    end = int(round(result.end_time))
+    tracker.log_metrics(parent_run, [MetricPoint(k, v, end) for k, v in summary_metrics(metrics).items()])
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp)
+        (d / "schedule.csv").write_text(schedule_csv(result))
+        tracker.log_artifact(parent_run, d / "schedule.csv")
+        plot_gpus_per_job(result, f"GPUs per job — {name}", d / "gpus-per-job.png")
+        plot_batch_per_job(result, f"global batch per job — {name}", d / "batch-per-job.png")
+        plot_completed([(result.policy, result)], [r.arrival for r in result.jobs], f"jobs completed — {name}", d / "jobs-completed.png")
+        for png in ("gpus-per-job.png", "batch-per-job.png", "jobs-completed.png"):
+            tracker.log_figure_file(parent_run, d / png)
+    tracker.end_run(parent_run)
+    return RecordedRun(parent_run=parent_run, job_runs=job_runs, metrics=metrics, outcomes=outs)
+
+
+def plot_batch_per_job(result: LoopResult, title: str, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for job in [r.job_id for r in result.jobs]:
+        rows = [row for row in result.schedule if row.job_id == job]
+        if rows:
+            times = [row.time / 60.0 for row in rows] + [result.end_time / 60.0]
+            batches = [row.batch for row in rows] + [rows[-1].batch]
+            ax.step(times, batches, where="post", label=job)
+    ax.set_xlabel("time (min)")
+    ax.set_ylabel("global batch")
+    ax.set_title(title, fontsize=10)
+    if len(result.jobs) <= 12:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

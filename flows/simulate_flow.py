@@ -1,0 +1,87 @@
+"""The ``simulate`` flow: a jobs file through the shared loop with the simulator, recorded.
+
+Same loop, policy and admission as the ``cluster`` flow; only the clock and executor differ,
+so the two can be compared job by job (``benchmarks/sim_vs_real_bench.py``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from prefect import flow, task
+
+from allocator.admission import OverflowMode
+from allocator.loop import LoopResult, LoopSettings
+from allocator.policies import make_policy
+from allocator.simulator import RescaleCost, simulate
+from allocator.types import JobSpec
+from flows.flow_artifacts import publish_results, summary_markdown
+from flows.jobfile import load_jobs_file
+from flows.record import JobOutcome, RecordedRun, record_run
+from flows.settings import load_settings
+from flows.tracking import tracker_from_settings
+
+
+@dataclass(frozen=True, slots=True)
+class SimulateOutcome:
+    result: LoopResult
+    recorded: RecordedRun | None
+
+    @property
+    def outcomes(self) -> tuple[JobOutcome, ...]:
+        assert self.recorded is not None
+        return self.recorded.outcomes
+
+
+@task(name="load-jobs")
+def load_jobs(jobs_file: str) -> tuple[tuple[JobSpec, ...], int | None, str | None]:
+    spec = load_jobs_file(Path(jobs_file))
+    return spec.jobs, spec.gpus, spec.policy
+
+
+@task(name="simulate-loop")
+def simulate_loop(jobs: Sequence[JobSpec], policy: str, capacity: int, settings: LoopSettings, in_place_cost_s: float) -> LoopResult:
+    return simulate(jobs, make_policy(policy), capacity, settings, RescaleCost(in_place_s=in_place_cost_s))
+
+
+@task(name="record-mlflow", retries=2, retry_delay_seconds=2)
+def record_simulation(name: str, result: LoopResult, jobs: Sequence[JobSpec], start_ms: int, params: dict) -> RecordedRun:
+    tracker = tracker_from_settings(load_settings())
+    return record_run(tracker, name, result, {j.id: j for j in jobs}, mode="simulated", start_ms=start_ms, params=params)
+
+
+@flow(name="simulate", log_prints=True)
+def simulate_flow(
+    jobs_file: str,
+    gpus: int | None = None,
+    policy: str | None = None,
+    interval_s: float | None = None,
+    overflow: str | None = None,
+    react: bool = True,
+    in_place_cost_s: float = 1.0,
+    run_name: str | None = None,
+) -> SimulateOutcome:
+    """Simulate ``jobs_file`` under a policy and record it in MLflow (parent + nested runs)."""
+    settings = load_settings(policy=policy, interval_s=interval_s, overflow=overflow)
+    jobs, file_gpus, file_policy = load_jobs(jobs_file)
+    capacity = gpus or file_gpus or settings.workers
+    chosen = policy or file_policy or settings.policy
+    loop_settings = LoopSettings(interval_s=settings.interval_s, overflow=OverflowMode(settings.overflow), react_to_events=react)
+    start_ms = int(time.time() * 1000)
+    result = simulate_loop(jobs, chosen, capacity, loop_settings, in_place_cost_s)
+    name = run_name or f"simulate-{Path(jobs_file).stem}-{chosen}"
+    recorded = record_simulation(name, result, jobs, start_ms, {"jobs_file": str(jobs_file), "in_place_cost_s": in_place_cost_s})
+    publish_results(
+        "simulate",
+        result,
+        recorded.outcomes,
+        summary_markdown(
+            f"Simulated {Path(jobs_file).name} under {chosen} on {capacity} GPUs",
+            recorded.outcomes,
+            [f"MLflow parent run `{recorded.parent_run}`", f"avg JCT {recorded.metrics.avg_jct_s or 0:.1f} s, rescales {recorded.metrics.rescales}"],
+        ),
+    )
+    return SimulateOutcome(result, recorded)

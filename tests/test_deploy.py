@@ -1,0 +1,98 @@
+"""deploy/: cluster factories and Kubernetes material, checked offline (no cluster contacted)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from deploy.clusters import GPU_RESOURCE, K8S_GPU, KubeSpec, connect, gpu_workers, kube_cluster_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_kubernetes_spec_has_a_gpu_worker_group():
+    spec = kube_cluster_spec(KubeSpec(name="train", namespace="ml", image="reg/malleable:1", workers=3, gpus_per_worker=1, env={"MALLEABLE_TRACKING_URI": "http://mlflow:5000"}))
+    assert spec["kind"] == "DaskCluster" and spec["apiVersion"].startswith("kubernetes.dask.org/")
+    assert spec["metadata"] == {"name": "train", "namespace": "ml"}
+    group = spec["spec"]["worker"]
+    assert group["replicas"] == 3
+    worker = group["spec"]["containers"][0]
+    assert worker["image"] == "reg/malleable:1"
+    assert worker["resources"]["limits"][K8S_GPU] == 1 and worker["resources"]["requests"][K8S_GPU] == 1
+    args = worker["args"]
+    assert args[args.index("--resources") + 1] == f"{GPU_RESOURCE}=1"
+    assert args[args.index("--nthreads") + 1] == "1"
+    assert {"name": "MALLEABLE_TRACKING_URI", "value": "http://mlflow:5000"} in worker["env"]
+    assert worker["securityContext"]["runAsNonRoot"] is True
+    scheduler = spec["spec"]["scheduler"]["spec"]["containers"][0]
+    assert K8S_GPU not in str(scheduler.get("resources"))  # the scheduler needs no GPU
+    assert scheduler["securityContext"]["runAsNonRoot"] is True
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [({"name": "Bad_Name"}, "KubeSpec.name"), ({"workers": -1}, "KubeSpec.workers"), ({"gpus_per_worker": 0}, "KubeSpec.gpus_per_worker"), ({"image": ""}, "KubeSpec.image")],
+)
+def test_kubernetes_spec_rejects_bad_values(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        KubeSpec(**kwargs)
+
+
+def _containers(doc: dict) -> list[dict]:
+    pod = doc.get("spec", {}).get("template", {}).get("spec", {})
+    return pod.get("containers", [])
+
+
+@pytest.mark.parametrize("manifest", ["mlflow.yaml", "prefect-worker.yaml"])
+def test_manifests_parse_and_run_non_root(manifest):
+    docs = [d for d in yaml.safe_load_all((ROOT / "deploy" / "k8s" / manifest).read_text()) if d]
+    workloads = [d for d in docs if d["kind"] in ("Deployment", "StatefulSet")]
+    assert workloads
+    for doc in workloads:
+        pod = doc["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
+        for c in _containers(doc):
+            assert c["securityContext"]["allowPrivilegeEscalation"] is False
+
+
+def test_mlflow_manifest_has_database_backend_and_artifact_store():
+    docs = [d for d in yaml.safe_load_all((ROOT / "deploy" / "k8s" / "mlflow.yaml").read_text()) if d]
+    server = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "mlflow")
+    args = " ".join(_containers(server)[0]["args"])
+    assert "--backend-store-uri" in args and "postgresql://" in args
+    assert "--artifacts-destination" in args
+
+
+def test_prefect_worker_polls_the_process_pool_of_prefect_yaml():
+    docs = [d for d in yaml.safe_load_all((ROOT / "deploy" / "k8s" / "prefect-worker.yaml").read_text()) if d]
+    worker = next(d for d in docs if d["kind"] == "Deployment")
+    command = _containers(worker)[0]["command"]
+    pool = command[command.index("--pool") + 1]
+    project = yaml.safe_load((ROOT / "prefect.yaml").read_text())
+    assert {d["work_pool"]["name"] for d in project["deployments"]} == {pool}
+
+
+def test_dockerfile_runs_as_non_root():
+    text = (ROOT / "deploy" / "Dockerfile").read_text()
+    users = [line.split()[1] for line in text.splitlines() if line.startswith("USER ")]
+    assert users and users[-1] not in ("root", "0")
+
+
+def test_connect_rejects_bad_kinds():
+    with pytest.raises(ValueError, match="cluster='mars'"):
+        with connect("mars"):
+            pass
+    with pytest.raises(ValueError, match="scheduler_address"):
+        with connect("address", address=None):
+            pass
+
+
+@pytest.mark.slow
+def test_local_cluster_has_one_gpu_worker_per_virtual_gpu():
+    with connect("local", workers=3) as client:
+        workers = gpu_workers(client)
+        assert len(workers) == 3
+        info = client.scheduler_info(n_workers=-1)["workers"]
+        assert all(info[w]["nthreads"] == 1 and info[w]["resources"] == {GPU_RESOURCE: 1} for w in workers)
