@@ -1,0 +1,103 @@
+"""``malleable profile``: measure a training entry point into a ThroughputProfile (table + JSON)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from allocator.profile_io import profile_to_dict
+from allocator.throughput import t_comm
+from elastic_tasks.profile_cache import ProfileCache
+from elastic_tasks.profiler import ProfilerError, ProfileReport, ProfileSettings, profile_cached
+from elastic_tasks.recipe import EntryPointError, TrainingRecipe, load_entry_point
+from flows.console import EXIT_FAILED, console, fail
+
+
+def parse_int_list(option: str, text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise ValueError(f"{option}={text!r}: expected comma-separated integers, e.g. 8,16,32") from None
+    if not values:
+        raise ValueError(f"{option}={text!r}: expected at least one integer")
+    return values
+
+
+def _load(entrypoint: str) -> TrainingRecipe:
+    try:
+        return load_entry_point(entrypoint)
+    except EntryPointError:
+        raise
+    except Exception as exc:  # the user's function failed while building its recipe
+        raise EntryPointError(f"entrypoint={entrypoint!r}: calling it raised {type(exc).__name__}: {exc}") from None
+
+
+def _tables(report: ProfileReport) -> list[Table]:
+    prof = report.profile
+    source = "cached" if report.from_cache else "measured"
+    compute = Table(title=f"{prof.workload}: {prof.num_params:,} parameters on {prof.hardware} ({source})")
+    for col in ("per-GPU batch", "iter time (ms)", "samples/s"):
+        compute.add_column(col, justify="right")
+    for b, t in zip(prof.batch_sizes, prof.iter_times_s):
+        compute.add_row(str(b), f"{t * 1e3:.2f}", f"{b / t:,.1f}")
+    tables = [compute]
+    if report.allreduce_samples:
+        comm = Table(
+            title=(
+                f"allreduce fit: latency {prof.allreduce.latency_s * 1e6:.1f} us, "
+                f"{prof.allreduce.seconds_per_param * 1e9:.3f} ns/param"
+            )
+        )
+        for col in ("parameters", "workers", "measured (ms)", "fit (ms)"):
+            comm.add_column(col, justify="right")
+        for s in report.allreduce_samples:
+            comm.add_row(f"{s.params:,}", str(s.gpus), f"{s.seconds * 1e3:.2f}", f"{t_comm(prof.allreduce, s.params, s.gpus) * 1e3:.2f}")
+        tables.append(comm)
+    return tables
+
+
+def profile_command(
+    entrypoint: Annotated[str, typer.Argument(help="Training entry point 'package.module:function' returning a TrainingRecipe.")],
+    batches: Annotated[str, typer.Option("--batches", "-b", help="Per-GPU batch ladder, comma-separated.")] = "8,16,32,64",
+    gpus_for_allreduce: Annotated[str, typer.Option("--gpus-for-allreduce", help="Worker counts to time allreduce on (1 = none).")] = "2",
+    allreduce_params: Annotated[str | None, typer.Option("--allreduce-params", help="Parameter counts to time (default: 1/8, 1/2, all of the model's).")] = None,
+    max_batch: Annotated[int | None, typer.Option("--max-batch", help="Memory cap per GPU (CPU default: largest ladder batch; CUDA default: probed).")] = None,
+    repeats: Annotated[int, typer.Option("--repeats", help="Timed iterations per batch (median taken).")] = 5,
+    warmup: Annotated[int, typer.Option("--warmup", help="Untimed iterations before timing each batch.")] = 2,
+    device: Annotated[str, typer.Option("--device", help="cpu or cuda[:N].")] = "cpu",
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds for process-group init and each collective.")] = 120.0,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the profile JSON here.")] = None,
+    cache_dir: Annotated[Path | None, typer.Option("--cache-dir", help="Reuse/store profiles keyed by model and hardware.")] = None,
+    refresh: Annotated[bool, typer.Option("--refresh", help="Measure even if the cache holds this profile.")] = False,
+) -> None:
+    """Measure per-iteration time over a batch ladder and allreduce time; print and save the profile."""
+    try:
+        settings = ProfileSettings(
+            batch_sizes=parse_int_list("--batches", batches),
+            warmup=warmup,
+            repeats=repeats,
+            max_batch_per_gpu=max_batch,
+            allreduce_gpus=parse_int_list("--gpus-for-allreduce", gpus_for_allreduce),
+            allreduce_params=None if allreduce_params is None else parse_int_list("--allreduce-params", allreduce_params),
+            timeout_s=timeout,
+            device=device,
+        )
+        recipe = _load(entrypoint)
+        report = profile_cached(recipe, settings, None if cache_dir is None else ProfileCache(cache_dir), refresh=refresh)
+    except ProfilerError as exc:
+        fail(str(exc), code=EXIT_FAILED)
+    except ValueError as exc:  # EntryPointError is a ValueError
+        fail(str(exc))
+    for table in _tables(report):
+        console.print(table)
+    if out is not None:
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(profile_to_dict(report.profile), indent=2) + "\n", encoding="utf-8")
+        except OSError as exc:
+            fail(f"--out={str(out)!r}: cannot write ({exc.strerror})", code=EXIT_FAILED)
+        console.print(f"profile written to {out}")
