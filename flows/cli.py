@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from flows import cmd_plan, cmd_profile, cmd_simulate, cmd_ui
+from flows import cmd_hpo, cmd_plan, cmd_profile, cmd_simulate, cmd_ui
 
 app = typer.Typer(
     name="malleable",
@@ -29,6 +29,8 @@ app.command("plan")(cmd_plan.plan)
 app.command("profile")(cmd_profile.profile_command)
 app.command("simulate")(cmd_simulate.simulate_command)
 app.command("ui")(cmd_ui.ui)
+app.command("compare")(cmd_compare.compare)
+app.add_typer(cmd_hpo.app, name="hpo")
 
 
 def main() -> None:
