@@ -63,8 +63,9 @@ class Formulation(str, Enum):
 
 
 class PwlMode(str, Enum):
-    AUTO = "auto"  # concave LP where the curve is concave, segment binaries otherwise
-    BINARY = "binary"  # segment binaries always
+    HULL = "hull"  # segment binaries with the rescale regions folded in (tightest LP; default)
+    AUTO = "auto"  # concave LP where the curve is concave, segment binaries otherwise; Eqn. 15 binaries
+    BINARY = "binary"  # segment binaries always; Eqn. 15 binaries
 
 
 class SolveStatus(str, Enum):
@@ -119,14 +120,14 @@ def _add_scaling(lp: pulp.LpProblem, j: int, t: Trainer, n_expr, pwl: PwlMode) -
     curve = t.curve.restricted(t.nmin, t.nmax)
     pts, vals = curve.nodes, curve.values
     if len(pts) == 1:
-        run = pulp.LpVariable(f"run_{j}", cat=pulp.LpBinary)
+        run = lp.add_variable(f"run_{j}", cat=pulp.LpBinary)
         lp += n_expr == pts[0] * run, f"size_{j}"
         return vals[0] * run
     if pwl is PwlMode.AUTO and curve.is_concave:
-        run = pulp.LpVariable(f"run_{j}", cat=pulp.LpBinary)
+        run = lp.add_variable(f"run_{j}", cat=pulp.LpBinary)
         lp += n_expr >= t.nmin * run, f"nmin_{j}"
         lp += n_expr <= t.nmax * run, f"nmax_{j}"
-        f = pulp.LpVariable(f"o_{j}", lowBound=0)
+        f = lp.add_variable(f"o_{j}", lowBound=0)
         for i in range(1, len(pts)):
             slope = (vals[i] - vals[i - 1]) / (pts[i] - pts[i - 1])
             # homogenised in run, so run = 0 (n = 0) leaves f <= 0
@@ -135,8 +136,8 @@ def _add_scaling(lp: pulp.LpProblem, j: int, t: Trainer, n_expr, pwl: PwlMode) -
         return f
     segs, parts, value = [], [], []
     for i in range(1, len(pts)):
-        s = pulp.LpVariable(f"s_{j}_{i}", cat=pulp.LpBinary)
-        mu = pulp.LpVariable(f"mu_{j}_{i}", lowBound=0)
+        s = lp.add_variable(f"s_{j}_{i}", cat=pulp.LpBinary)
+        mu = lp.add_variable(f"mu_{j}_{i}", lowBound=0)
         lp += mu >= pts[i - 1] * s, f"mulo_{j}_{i}"
         lp += mu <= pts[i] * s, f"muhi_{j}_{i}"
         slope = (vals[i] - vals[i - 1]) / (pts[i] - pts[i - 1])
@@ -148,60 +149,126 @@ def _add_scaling(lp: pulp.LpProblem, j: int, t: Trainer, n_expr, pwl: PwlMode) -
     return pulp.lpSum(value)
 
 
+def _add_hull(lp: pulp.LpProblem, j: int, t: Trainer, n_expr) -> tuple[pulp.LpAffineExpression, pulp.LpAffineExpression]:
+    """O_j(N_j) and the rescale loss together, as one disjunction over segments.
+
+    [N_min, N_max] is cut at C_j into "shrink" [N_min, C_j - 1], "stay" {C_j} and "grow"
+    [C_j + 1, N_max]; each region is covered by the curve's segments, one binary each, and
+    the region's loss O_j(C_j) R (Eqn. 13-14) rides on those binaries. Waiting (no segment
+    chosen) costs O_j(C_j) R_dw when the trainer was running. The LP relaxation of this
+    disaggregated model is the convex hull of every piece, so HiGHS closes most events at the
+    root; the integer points, and so the optimum, are those of Eqn. 13-16.
+    """
+    c, rate_c = t.c, t.rate(t.c)
+    curve = t.curve.restricted(t.nmin, t.nmax)
+    if rate_c > 0 and t.nmin <= c <= t.nmax:
+        regions = [(t.nmin, c - 1, rate_c * t.down_s), (c, c, 0.0), (c + 1, t.nmax, rate_c * t.up_s)]
+    else:
+        regions = [(t.nmin, t.nmax, 0.0)]
+    wait_loss = rate_c * t.down_s if c > 0 else 0.0
+    segs, parts, gain, loss = [], [], [], []
+    for lo, hi, cost in regions:
+        if lo > hi:
+            continue
+        pts = [lo, *(n for n in curve.nodes if lo < n < hi), hi] if hi > lo else [lo]
+        pieces = list(zip(pts, pts[1:])) if len(pts) > 1 else [(lo, lo)]
+        for a, b in pieces:
+            k = len(segs)
+            s = lp.add_variable(f"h_{j}_{k}", cat=pulp.LpBinary)
+            va, vb = curve.value(a), curve.value(b)
+            if b > a:
+                mu = lp.add_variable(f"hm_{j}_{k}", lowBound=0)
+                lp += mu >= a * s, f"hlo_{j}_{k}"
+                lp += mu <= b * s, f"hhi_{j}_{k}"
+                slope = (vb - va) / (b - a)
+                gain.append((va - slope * a) * s + slope * mu)
+                parts.append(mu)
+            else:
+                gain.append(va * s)
+                parts.append(a * s)
+            loss.append((cost - wait_loss) * s)
+            segs.append(s)
+    lp += pulp.lpSum(segs) <= 1, f"hone_{j}"
+    lp += n_expr == pulp.lpSum(parts), f"hn_{j}"
+    return pulp.lpSum(gain), pulp.lpSum(loss) + wait_loss
+
+
 def _add_rescale(lp: pulp.LpProblem, j: int, t: Trainer, n_expr, big_m: int) -> pulp.LpAffineExpression:
     """Eqn. 15: z_u = 1 iff N_j > C_j, z_d = 1 iff N_j < C_j; returns the lost objective (Eqn. 14, 16)."""
     c = t.c
-    zu = pulp.LpVariable(f"zu_{j}", cat=pulp.LpBinary)
+    zu = lp.add_variable(f"zu_{j}", cat=pulp.LpBinary)
     lp += n_expr <= c + (big_m - c) * zu, f"up_a_{j}"
     lp += n_expr >= (c + 1) * zu, f"up_b_{j}"
     loss = t.rate(c) * t.up_s * zu
     if c > 0:
-        zd = pulp.LpVariable(f"zd_{j}", cat=pulp.LpBinary)
+        zd = lp.add_variable(f"zd_{j}", cat=pulp.LpBinary)
         lp += n_expr <= (c - 1) + (big_m - (c - 1)) * (1 - zd), f"dw_a_{j}"
         lp += n_expr >= c * (1 - zd), f"dw_b_{j}"
         loss = loss + t.rate(c) * t.down_s * zd
     return loss
 
 
-def build_count_model(problem: Problem, pwl: PwlMode = PwlMode.AUTO) -> BuiltModel:
+def _add_objective_terms(lp, j: int, t: Trainer, n_expr, pwl: PwlMode, big_m: int, gain: list, loss: list) -> None:
+    if pwl is PwlMode.HULL:
+        g, l = _add_hull(lp, j, t, n_expr)
+    else:
+        g, l = _add_scaling(lp, j, t, n_expr, pwl), _add_rescale(lp, j, t, n_expr, big_m)
+    gain.append(g)
+    loss.append(l)
+
+
+def _add_must_run(lp: pulp.LpProblem, problem: Problem, counts, must_run: frozenset[str]) -> None:
+    """Trainers that may not wait (e.g. a user's guarantee): N_j >= N_min. Can make the model infeasible."""
+    unknown = must_run - {t.job_id for t in problem.trainers}
+    if unknown:
+        raise ValueError(f"must_run={sorted(unknown)!r}: not trainers of this event")
+    for j, t in enumerate(problem.trainers):
+        if t.job_id in must_run:
+            lp += counts[j] >= t.nmin, f"must_{j}"
+
+
+def build_count_model(problem: Problem, pwl: PwlMode = PwlMode.HULL, must_run: frozenset[str] = frozenset()) -> BuiltModel:
     lp = pulp.LpProblem("bftrainer_count", pulp.LpMaximize)
     big_m = max(1, len(problem.nodes))
     counts, gain, loss = [], [], []
     for j, t in enumerate(problem.trainers):
-        n = pulp.LpVariable(f"n_{j}", lowBound=0, upBound=min(t.nmax, big_m), cat=pulp.LpInteger)
+        n = lp.add_variable(f"n_{j}", lowBound=0, upBound=min(t.nmax, big_m), cat=pulp.LpInteger)
         counts.append(n)
-        gain.append(_add_scaling(lp, j, t, n, pwl))
-        loss.append(_add_rescale(lp, j, t, n, big_m))
+        _add_objective_terms(lp, j, t, n, pwl, big_m, gain, loss)
     lp += pulp.lpSum(counts) <= len(problem.nodes), "capacity"
+    _add_must_run(lp, problem, counts, must_run)
     lp += problem.t_fwd * pulp.lpSum(gain) - pulp.lpSum(loss)
     return BuiltModel(problem, Formulation.COUNT, lp, counts)
 
 
-def build_node_model(problem: Problem, pwl: PwlMode = PwlMode.AUTO) -> BuiltModel:
+def build_node_model(problem: Problem, pwl: PwlMode = PwlMode.HULL, must_run: frozenset[str] = frozenset()) -> BuiltModel:
     lp = pulp.LpProblem("bftrainer_node", pulp.LpMaximize)
     big_m = max(1, len(problem.nodes))
-    x = [{n: pulp.LpVariable(f"x_{j}_{i}", cat=pulp.LpBinary) for i, n in enumerate(problem.nodes)} for j in range(len(problem.trainers))]
+    x = [{n: lp.add_variable(f"x_{j}_{i}", cat=pulp.LpBinary) for i, n in enumerate(problem.nodes)} for j in range(len(problem.trainers))]
     counts, gain, loss = [], [], []
     for j, t in enumerate(problem.trainers):
         n_expr = pulp.lpSum(x[j].values())
         counts.append(n_expr)
-        gain.append(_add_scaling(lp, j, t, n_expr, pwl))
-        loss.append(_add_rescale(lp, j, t, n_expr, big_m))
+        _add_objective_terms(lp, j, t, n_expr, pwl, big_m, gain, loss)
         if t.c > 0:
             # No migration: z = 0 -> keep every current node (grow or stay); z = 1 -> add none.
-            z = pulp.LpVariable(f"shrink_{j}", cat=pulp.LpBinary)
+            z = lp.add_variable(f"shrink_{j}", cat=pulp.LpBinary)
             for node in t.current:
                 lp += x[j][node] >= 1 - z, f"keep_{j}_{problem.nodes.index(node)}"
             current = set(t.current)
             lp += pulp.lpSum(v for node, v in x[j].items() if node not in current) <= t.nmax * (1 - z), f"noadd_{j}"
     for i, node in enumerate(problem.nodes):
         lp += pulp.lpSum(x[j][node] for j in range(len(problem.trainers))) <= 1, f"node_{i}"
+    _add_must_run(lp, problem, counts, must_run)
     lp += problem.t_fwd * pulp.lpSum(gain) - pulp.lpSum(loss)
     return BuiltModel(problem, Formulation.NODE, lp, counts, x)
 
 
-def build(problem: Problem, formulation: Formulation = Formulation.COUNT, pwl: PwlMode = PwlMode.AUTO) -> BuiltModel:
-    return build_count_model(problem, pwl) if formulation is Formulation.COUNT else build_node_model(problem, pwl)
+def build(
+    problem: Problem, formulation: Formulation = Formulation.COUNT, pwl: PwlMode = PwlMode.HULL, must_run: frozenset[str] = frozenset()
+) -> BuiltModel:
+    builder = build_count_model if formulation is Formulation.COUNT else build_node_model
+    return builder(problem, pwl, frozenset(must_run))
 
 
 # ---------------------------------------------------------------- solve
@@ -267,8 +334,9 @@ def decide(
     problem: Problem,
     formulation: Formulation = Formulation.COUNT,
     time_limit_s: float = 10.0,
-    pwl: PwlMode = PwlMode.AUTO,
+    pwl: PwlMode = PwlMode.HULL,
     mip_gap: float = 1e-6,
+    must_run: frozenset[str] = frozenset(),
 ) -> Decision:
     """Build, solve, extract; fall back to the current map whenever the answer is not usable."""
     fallback, fallback_counts = keep_current(problem)
@@ -276,7 +344,7 @@ def decide(
     if not problem.trainers:
         return Decision({}, 0.0, SolveStatus.OPTIMAL, False, "no trainers", 0.0, 0.0)
     t0 = time.perf_counter()
-    built = build(problem, formulation, pwl)
+    built = build(problem, formulation, pwl, frozenset(must_run))
     build_s = time.perf_counter() - t0
     result = solve(built, time_limit_s, mip_gap)
     if result.status in (SolveStatus.OPTIMAL, SolveStatus.TIME_LIMIT_FEASIBLE):
@@ -310,7 +378,7 @@ class IdleNodesMilp:
     formulation: Formulation = Formulation.COUNT
     objective: ObjectiveKind = ObjectiveKind.THROUGHPUT
     time_limit_s: float = 10.0
-    pwl: PwlMode = PwlMode.AUTO
+    pwl: PwlMode = PwlMode.HULL
     mip_gap: float = 1e-6
     default_cost: RescaleCost = field(default_factory=RescaleCost)
     costs: Mapping[str, RescaleCost] = field(default_factory=dict)
@@ -342,7 +410,7 @@ def make_idle_nodes_milp(
     formulation: str = "count",
     objective: str = "throughput",
     time_limit_s: float = 10.0,
-    pwl: str = "auto",
+    pwl: str = "hull",
     mip_gap: float = 1e-6,
     up_s: float = 0.0,
     down_s: float = 0.0,
@@ -366,7 +434,7 @@ def make_idle_nodes_milp(
     )
 
 
-def solve_counts(problem: Problem, formulation: Formulation, time_limit_s: float = 60.0, pwl: PwlMode = PwlMode.AUTO) -> tuple[Sequence[int], SolveResult]:
+def solve_counts(problem: Problem, formulation: Formulation, time_limit_s: float = 60.0, pwl: PwlMode = PwlMode.HULL) -> tuple[Sequence[int], SolveResult]:
     """Counts and raw solver result, for tests and benchmarks that compare formulations."""
     built = build(problem, formulation, pwl)
     result = solve(built, time_limit_s)
