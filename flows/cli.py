@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from flows import cmd_hpo, cmd_plan, cmd_profile, cmd_simulate, cmd_ui
+from flows import cmd_compare, cmd_hpo, cmd_plan, cmd_profile, cmd_simulate, cmd_ui
 
 app = typer.Typer(
     name="malleable",
