@@ -353,6 +353,11 @@ def measure_allreduce(
         raise ValueError(f"measure_allreduce.backend={backend!r}: expected gloo or nccl")
     if backend == "nccl" and max(worlds) > torch.cuda.device_count():
         raise ValueError(f"measure_allreduce.world_sizes={worlds!r}: only {torch.cuda.device_count()} CUDA devices")
+    if mp.current_process().daemon and any(k > 1 for k in worlds):
+        raise ProfilerError(
+            "measure_allreduce: this process is daemonic (a Dask worker?) and cannot spawn ranks; "
+            "measure allreduce elsewhere and pass the fit in"
+        )
     samples: list[AllreduceSample] = []
     ctx = mp.get_context("spawn")
     for k in worlds:

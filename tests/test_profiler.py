@@ -164,3 +164,25 @@ def test_full_profile_with_measured_allreduce_fit():
     report = profile_recipe(mlp_tiny(), settings)
     assert len(report.allreduce_samples) == 2
     assert report.profile.allreduce.seconds_per_param > 0
+
+
+@pytest.mark.slow
+def test_profile_on_a_dask_worker_with_a_gpu_resource(tmp_path):
+    from distributed import Client, LocalCluster
+
+    from elastic_tasks.profile_dask import submit_profile
+
+    settings = ProfileSettings(batch_sizes=(4, 8), warmup=0, repeats=1)
+    with LocalCluster(n_workers=1, threads_per_worker=1, resources={"GPU": 1}, dashboard_address=None) as cluster, Client(cluster) as client:
+        first = submit_profile(client, "elastic_tasks.examples:mlp_tiny", settings, NO_COMM, cache_dir=tmp_path).result(timeout=120)
+        again = submit_profile(client, "elastic_tasks.examples:mlp_tiny", settings, NO_COMM, cache_dir=tmp_path).result(timeout=120)
+    assert not first.from_cache and again.from_cache and again.profile == first.profile
+    assert first.profile.workload == "mlp_tiny" and first.profile.allreduce == NO_COMM
+
+
+def test_daemonic_process_refuses_to_spawn_ranks(monkeypatch):
+    import torch.multiprocessing as mp
+
+    monkeypatch.setattr(mp.current_process(), "_config", {**mp.current_process()._config, "daemon": True})
+    with pytest.raises(ProfilerError, match="daemonic"):
+        measure_allreduce((10,), (2,))

@@ -1,0 +1,54 @@
+"""Run the profiler on a Dask worker: the job is measured where it will train.
+
+The task loads the entry point on the worker (recipes need not pickle from the client),
+honours a cache directory the worker can see, and asks for one ``GPU`` resource so it
+runs alone on a GPU worker (on CPU clusters the resource is virtual).
+
+Dask's nanny starts workers as daemonic processes, which may not spawn children, so a
+worker cannot time allreduce itself; pass the cluster's allreduce fit (seed 000 measures it
+once per cluster, not per job — ``profiler.measure_allreduce`` from the client side).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from distributed import Client, Future
+
+from allocator.types import AllreduceModel
+from elastic_tasks.profile_cache import ProfileCache
+from elastic_tasks.profiler import ProfileReport, ProfileSettings, profile_cached
+from elastic_tasks.recipe import load_entry_point
+
+
+def profile_entry_point(
+    entrypoint: str,
+    settings: ProfileSettings,
+    allreduce: AllreduceModel,
+    cache_dir: str | None = None,
+) -> ProfileReport:
+    """What the worker runs: load, then profile behind the cache (idempotent: a re-run hits it)."""
+    recipe = load_entry_point(entrypoint)
+    cache = None if cache_dir is None else ProfileCache(Path(cache_dir))
+    return profile_cached(recipe, settings, cache, allreduce=allreduce)
+
+
+def submit_profile(
+    client: Client,
+    entrypoint: str,
+    settings: ProfileSettings,
+    allreduce: AllreduceModel,
+    *,
+    cache_dir: Path | str | None = None,
+    resources: dict[str, float] | None = None,
+) -> Future:
+    """Submit ``profile_entry_point`` to one worker holding ``resources`` (default ``{"GPU": 1}``)."""
+    return client.submit(
+        profile_entry_point,
+        entrypoint,
+        settings,
+        allreduce,
+        None if cache_dir is None else str(cache_dir),
+        resources={"GPU": 1} if resources is None else resources,
+        pure=False,  # timings differ run to run; the cache, not Dask, decides reuse
+    )
