@@ -52,8 +52,8 @@ def reserve(state: Admitting, head: JobSpec) -> Reservation | None:
     """Shadow time and extra GPUs for ``head`` given the jobs accepted so far (None: it can never fit)."""
     need = state.minimum(head)
     capacity = state.snapshot.capacity
-    if need is None or need > capacity:
-        return None
+    if need is None or need > capacity or state.need > capacity:
+        return None  # it can never fit, or the running jobs alone overfill the cluster: nothing starts anyway
     held = state.need
     shadow = 0.0
     for finish_s, minimum in sorted(state.predicted_finishes()):
