@@ -1,0 +1,72 @@
+"""The ``profile`` flow: measure a recipe into a ThroughputProfile, cached by model and hardware.
+
+The Prefect cache key is (entry point, hardware fingerprint, how it was measured): the same
+model on the same machine is measured once and every later flow run — a retrain tonight, a
+cluster run tomorrow — reuses the stored result. A new machine or a new ladder measures anew.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict
+from datetime import timedelta
+
+from prefect import flow, task
+from prefect.artifacts import create_table_artifact
+
+from allocator.profile_io import profile_from_dict, profile_to_dict
+from allocator.types import AllreduceModel, ThroughputProfile
+from elastic_tasks.profiler import ProfileSettings, hardware_fingerprint, profile_recipe
+from elastic_tasks.recipe import load_entry_point
+from flows.flow_artifacts import artifact_key
+
+
+def profile_cache_key(entrypoint: str, settings: ProfileSettings, allreduce: AllreduceModel | None) -> str:
+    what = {
+        "model": entrypoint,
+        "hardware": hardware_fingerprint(settings.device),
+        "settings": asdict(settings),
+        "allreduce": None if allreduce is None else [allreduce.latency_s, allreduce.seconds_per_param],
+    }
+    return "profile-" + hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
+def _cache_key_fn(context: object, parameters: dict) -> str:
+    return profile_cache_key(parameters["entrypoint"], parameters["settings"], parameters.get("allreduce"))
+
+
+@task(name="measure-profile", cache_key_fn=_cache_key_fn, persist_result=True, cache_expiration=timedelta(days=30), retries=1, retry_delay_seconds=5)
+def measure_profile(entrypoint: str, settings: ProfileSettings, allreduce: AllreduceModel | None = None) -> dict:
+    """Runs only on a cache miss; the result (the profile as JSON) is persisted in Prefect's
+    local result storage (``PREFECT_LOCAL_STORAGE_PATH``) for later runs."""
+    report = profile_recipe(load_entry_point(entrypoint), settings, allreduce=allreduce)
+    return profile_to_dict(report.profile)
+
+
+@flow(name="profile", log_prints=True)
+def profile_flow(
+    entrypoint: str,
+    batch_sizes: list[int] | None = None,
+    allreduce_gpus: list[int] | None = None,
+    repeats: int = 5,
+    warmup: int = 2,
+    device: str = "cpu",
+    allreduce: AllreduceModel | None = None,
+) -> ThroughputProfile:
+    """Profile ``entrypoint`` (cached by model + hardware + settings) and publish it as a table."""
+    settings = ProfileSettings(
+        batch_sizes=tuple(batch_sizes or (8, 16, 32, 64)),
+        allreduce_gpus=tuple(allreduce_gpus or (2,)),
+        repeats=repeats,
+        warmup=warmup,
+        device=device,
+    )
+    data = measure_profile(entrypoint, settings, allreduce)
+    profile = profile_from_dict(data, f"profile of {entrypoint}")
+    create_table_artifact(
+        key=artifact_key("profile", profile.workload),
+        table=[{"per_gpu_batch": b, "iter_time_ms": f"{t * 1000:.2f}", "samples_per_s": f"{b / t:.0f}"} for b, t in zip(profile.batch_sizes, profile.iter_times_s)],
+        description=f"{entrypoint} on {profile.hardware}: {profile.num_params} params, allreduce {profile.allreduce.latency_s * 1e3:.2f} ms + {profile.allreduce.seconds_per_param * 1e9:.3f} ns/param",
+    )
+    return profile
