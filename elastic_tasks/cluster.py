@@ -1,0 +1,77 @@
+"""Worker groups: one Dask worker per GPU, each advertising the resource ``GPU=1``.
+
+On CPU the GPU is virtual: the resource only makes Dask place one rank per worker.
+Clusters are built inside functions (never at import) so spawned workers can import us.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from distributed import Client, LocalCluster
+
+
+def local_gpu_cluster(n_workers: int, *, threads_per_worker: int = 1, memory_limit: str | int | None = 0) -> LocalCluster:
+    """A process-per-worker LocalCluster with ``GPU=1`` on every worker."""
+    if not (isinstance(n_workers, int) and n_workers >= 1):
+        raise ValueError(f"n_workers={n_workers!r}: must be a positive integer")
+    return LocalCluster(
+        n_workers=n_workers,
+        threads_per_worker=threads_per_worker,
+        processes=True,
+        resources={"GPU": 1},
+        dashboard_address=":0",
+        memory_limit=memory_limit,
+        silence_logs=40,
+    )
+
+
+def warm_up(client: Client, entrypoint: str) -> None:
+    """Import torch and build the recipe on every worker, so a rank started later joins fast."""
+    client.run(_warm, entrypoint)
+
+
+def _warm(entrypoint: str) -> None:
+    import elastic_tasks.trainer  # noqa: F401  (torch.distributed, DDP)
+    from elastic_tasks.recipe import load_entry_point
+
+    recipe = load_entry_point(entrypoint)
+    # The first optimizer construction imports torch._dynamo: seconds, once per process.
+    recipe.make_optimizer(recipe.build_model().parameters(), recipe.base_lr)
+
+
+def gpu_workers(client: Client) -> list[str]:
+    """Addresses of the workers that offer a GPU, in a stable order."""
+    info = client.scheduler_info(n_workers=-1)["workers"]
+    return sorted(addr for addr, w in info.items() if w.get("resources", {}).get("GPU", 0) >= 1)
+
+
+@dataclass(slots=True)
+class WorkerPool:
+    """Which GPU workers are free; jobs take and give back whole workers."""
+
+    client: Client
+    busy: dict[str, str] = field(default_factory=dict)  # worker address -> job id
+
+    def alive(self) -> list[str]:
+        return gpu_workers(self.client)
+
+    def free(self) -> list[str]:
+        alive = set(self.alive())
+        for addr in [a for a in self.busy if a not in alive]:
+            del self.busy[addr]  # a dead worker frees nothing, but must not stay booked
+        return [a for a in sorted(alive) if a not in self.busy]
+
+    def take(self, job_id: str, n: int) -> list[str]:
+        free = self.free()
+        if n > len(free):
+            raise ValueError(f"gpus={n!r}: only {len(free)} free GPU worker(s) of {len(self.alive())}")
+        chosen = free[:n]
+        for addr in chosen:
+            self.busy[addr] = job_id
+        return chosen
+
+    def give_back(self, workers: Iterable[str]) -> None:
+        for addr in workers:
+            self.busy.pop(addr, None)

@@ -1,0 +1,465 @@
+"""Drives one job's ranks through Dask: launch, rescale in place, restart, recover, stop.
+
+The coordinator lives with the Dask client. It publishes numbered plans on the job board
+and reads the ranks' events from a Dask queue in a monitor thread. A scale-out first
+launches the new ranks and lets them build their model *while the job keeps training*;
+only when all report ready is the plan published, so the job pauses just for the regroup
+and the state copy (seed 002's asynchronous coordination). A rank that reports a failed
+collective starts recovery: once every member has reported or is known dead, the
+survivors form the next generation from the survivor furthest ahead.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from distributed import Client, Future
+
+from elastic_tasks.board import EventKind, JobBoard, JobStatus, RankEvent
+from elastic_tasks.cluster import WorkerPool
+from elastic_tasks.protocol import FROM_CHECKPOINT, Plan, PlanKind, RankExit, RankResult, RankSpec, StepRecord, TrainConfig
+from elastic_tasks.recipe import load_entry_point
+from elastic_tasks.state import has_checkpoint
+from elastic_tasks.trainer import run_rank
+
+log = logging.getLogger(__name__)
+
+
+class JobFailed(RuntimeError):
+    """The job cannot go on (a rank raised, nobody survived and no checkpoint exists, ...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RescaleOutcome:
+    """One generation change as the coordinator saw it; ``pause_s`` is measured by the ranks."""
+
+    version: int
+    kind: PlanKind
+    before: int
+    after: int
+    global_batch: int
+    step: int
+    pause_s: float  # training time lost: last step of the old generation -> new one ready
+    prepare_s: float  # new ranks' start-up, overlapped with training (not lost)
+    restart: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryRecord:
+    failed_version: int
+    version: int
+    survivors: tuple[str, ...]
+    lost: tuple[str, ...]
+    resumed_step: int
+    last_reported_step: int
+    pause_s: float
+    from_checkpoint: bool
+
+    @property
+    def steps_lost(self) -> int:
+        """Completed steps thrown away (the partial step in flight is redone on top)."""
+        return max(0, self.last_reported_step - self.resumed_step)
+
+
+@dataclass(frozen=True, slots=True)
+class JobResult:
+    job_id: str
+    finished: bool
+    steps: int
+    samples_seen: int
+    history: tuple[StepRecord, ...]
+    rescales: tuple[RescaleOutcome, ...]
+    recoveries: tuple[RecoveryRecord, ...]
+    stragglers: tuple[tuple[int, str], ...]
+    ranks: tuple[RankResult, ...]
+    eval_loss: float | None
+    eval_accuracy: float | None
+
+    @property
+    def final_loss(self) -> float | None:
+        return self.history[-1].loss if self.history else None
+
+
+@dataclass
+class _Events:
+    """What the monitor has heard (guarded by the coordinator's condition)."""
+
+    ready: set[str] = field(default_factory=set)
+    applied: dict[int, RankEvent] = field(default_factory=dict)
+    stopped: dict[int, RankEvent] = field(default_factory=dict)
+    failed: dict[int, dict[str, int]] = field(default_factory=dict)
+    stragglers: list[tuple[int, str]] = field(default_factory=list)
+    errors: list[RankEvent] = field(default_factory=list)
+    finished: RankEvent | None = None
+
+
+class JobCoordinator:
+    def __init__(
+        self,
+        client: Client,
+        pool: WorkerPool,
+        job_id: str,
+        entrypoint: str,
+        config: TrainConfig,
+        *,
+        delays: dict[int, float] | None = None,
+        on_straggler: Callable[[str, int], None] | None = None,
+    ) -> None:
+        # Fail here, in the caller's process, before any rank task exists.
+        load_entry_point(entrypoint)
+        self.client, self.pool, self.job_id, self.entrypoint, self.config = client, pool, job_id, entrypoint, config
+        self.board = JobBoard(job_id, client)
+        self.delays = dict(delays or {})  # launch order -> injected seconds per step
+        self.on_straggler = on_straggler
+        self.members: tuple[str, ...] = ()
+        self.worker_of: dict[str, str] = {}
+        self.futures: dict[str, Future] = {}
+        self.version = -1
+        self.global_batch = config.global_batch
+        self.rescales: list[RescaleOutcome] = []
+        self.recoveries: list[RecoveryRecord] = []
+        self._counter = itertools.count()
+        self._events = _Events()
+        self._cond = threading.Condition()
+        self._plan_lock = threading.RLock()
+        self._closed = threading.Event()
+        self._monitor: threading.Thread | None = None
+        self._status: JobStatus | None = None
+
+    # -- public API ----------------------------------------------------------------------------
+
+    @property
+    def world_size(self) -> int:
+        return len(self.members)
+
+    def start(self, gpus: int, global_batch: int | None = None) -> RescaleOutcome:
+        batch = self.config.global_batch if global_batch is None else global_batch
+        _check_batch(batch, gpus)
+        workers = self.pool.take(self.job_id, gpus)
+        with self._plan_lock:
+            version = self._next_version()
+            uids = [self._launch(addr, version) for addr in workers]
+            t0 = time.time()
+            self._publish(Plan(version, PlanKind.START, tuple(uids), batch, source=uids[0]))
+            self.members, self.global_batch = tuple(uids), batch
+        self._ensure_monitor()
+        event = self._wait_applied(version, self._startup_timeout())
+        outcome = RescaleOutcome(version, PlanKind.START, 0, gpus, batch, 0, event.pause_s if event else float("nan"), time.time() - t0)
+        self.rescales.append(outcome)
+        return outcome
+
+    def rescale(self, gpus: int, global_batch: int | None = None, at_step: int | None = None) -> RescaleOutcome | None:
+        """Grow or shrink in place; blocks until the new generation trains. None if the job ended first."""
+        batch = self.global_batch if global_batch is None else global_batch
+        _check_batch(batch, gpus)
+        with self._plan_lock:
+            before = self.members
+            if gpus == len(before) and batch == self.global_batch:
+                return None
+            keep = before[:gpus]
+            added_workers = self.pool.take(self.job_id, gpus - len(keep)) if gpus > len(keep) else []
+            version = self._next_version()
+            t0 = time.time()
+            new = [self._launch(addr, version) for addr in added_workers]
+            if new and not self._wait_ready(new, self._startup_timeout()):
+                raise JobFailed(f"job {self.job_id}: new ranks {new} did not become ready")
+            prepare = time.time() - t0
+            members = tuple(keep) + tuple(new)
+            self._publish(Plan(version, PlanKind.RESCALE, members, batch, at_step=at_step, source=members[0] if new else None))
+        event = self._wait_applied(version, self._startup_timeout() + self._eta_s(at_step))
+        if event is None:
+            return None
+        with self._plan_lock:
+            self.members, self.global_batch = members, batch
+            left = [u for u in before if u not in members]
+            self.pool.give_back(self.worker_of[u] for u in left)
+        outcome = RescaleOutcome(version, PlanKind.RESCALE, len(before), gpus, batch, event.step, event.pause_s, prepare)
+        self.rescales.append(outcome)
+        return outcome
+
+    def restart_rescale(self, gpus: int, global_batch: int | None = None, at_step: int | None = None, restart_processes: bool = True) -> RescaleOutcome | None:
+        """The checkpoint-restart path: save, stop every rank (and its process), start anew from disk."""
+        if self.config.checkpoint_dir is None:
+            raise ValueError("checkpoint_dir=None: the restart path needs a checkpoint directory")
+        batch = self.global_batch if global_batch is None else global_batch
+        _check_batch(batch, gpus)
+        with self._plan_lock:
+            before = self.members
+            old_workers = [self.worker_of[u] for u in before]
+            version = self._next_version()
+            self._publish(Plan(version, PlanKind.CHECKPOINT_STOP, (), batch, at_step=at_step))
+            stopped = self._wait_for(lambda e: e.stopped.get(version) or e.finished, self._startup_timeout() + self._eta_s(at_step))
+            if not isinstance(stopped, RankEvent) or stopped.kind != EventKind.STOPPED:
+                return None
+            for uid in before:
+                self.futures[uid].result(timeout=self._startup_timeout())
+            if restart_processes:
+                self.client.restart_workers(old_workers)
+            self.pool.give_back(old_workers)
+            workers = self.pool.take(self.job_id, gpus)
+            version = self._next_version()
+            uids = [self._launch(addr, version) for addr in workers]
+            self._publish(Plan(version, PlanKind.RESCALE, tuple(uids), batch, source=FROM_CHECKPOINT))
+            self.members, self.global_batch = tuple(uids), batch
+        event = self._wait_applied(version, self._startup_timeout())
+        if event is None:
+            raise JobFailed(f"job {self.job_id}: restarted ranks did not come up")
+        outcome = RescaleOutcome(version, PlanKind.RESCALE, len(before), gpus, batch, event.step, event.time - stopped.time, 0.0, restart=True)
+        self.rescales.append(outcome)
+        return outcome
+
+    def stop(self) -> None:
+        with self._plan_lock:
+            if self._events.finished is None and self.members:
+                self._publish(Plan(self._next_version(), PlanKind.STOP, (), self.global_batch))
+            self.members = ()
+
+    def status(self) -> JobStatus | None:
+        status = self.board.status()
+        if status is not None:
+            self._status = status
+        return self._status
+
+    @property
+    def finished(self) -> bool:
+        return self._events.finished is not None
+
+    def wait(self, timeout: float | None = None) -> JobResult:
+        """Block until the job finishes (or stops); gather every rank's result."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            self._raise_errors()
+            if self._events.finished is not None or not self.members:
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"job {self.job_id}: not finished within {timeout:g} s")
+            with self._cond:
+                self._cond.wait(0.2)
+        return self.collect()
+
+    def collect(self) -> JobResult:
+        results: list[RankResult] = []
+        for uid, fut in self.futures.items():
+            if fut.status == "finished":
+                results.append(fut.result())
+            elif fut.status != "error":
+                fut.cancel()  # joiners of a plan the job never reached
+        self.close()
+        self.pool.give_back(self.worker_of.values())
+        history: dict[int, StepRecord] = {}
+        for r in sorted(results, key=lambda r: r.step):
+            for rec in r.history:
+                history[rec.step] = rec
+        final = next((r for r in results if r.eval is not None), None)
+        best = max(results, key=lambda r: r.step, default=None)
+        return JobResult(
+            job_id=self.job_id,
+            finished=self._events.finished is not None,
+            steps=best.step if best else 0,
+            samples_seen=best.samples_seen if best else 0,
+            history=tuple(history[k] for k in sorted(history)),
+            rescales=tuple(self.rescales),
+            recoveries=tuple(self.recoveries),
+            stragglers=tuple(self._events.stragglers),
+            ranks=tuple(results),
+            eval_loss=final.eval.loss if final and final.eval else None,
+            eval_accuracy=final.eval.accuracy if final and final.eval else None,
+        )
+
+    def close(self) -> None:
+        self._closed.set()
+        if self._monitor is not None and self._monitor is not threading.current_thread():
+            self._monitor.join(timeout=5)
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _startup_timeout(self) -> float:
+        return max(120.0, 4 * self.config.timeout_s)
+
+    def _eta_s(self, at_step: int | None) -> float:
+        if at_step is None:
+            return 0.0
+        status = self.status()
+        if status is None or at_step <= status.step:
+            return 0.0
+        return 3600.0  # waiting for a future step: bounded by the job's own length, not by us
+
+    def _next_version(self) -> int:
+        latest = self.board.latest_version()
+        self.version = max(self.version, -1 if latest is None else latest) + 1
+        return self.version
+
+    def _publish(self, plan: Plan) -> None:
+        self.board.publish(plan)
+
+    def _launch(self, worker: str, version: int) -> str:
+        n = next(self._counter)
+        uid = f"{self.job_id}-r{n}"
+        spec = RankSpec(self.job_id, uid, self.entrypoint, self.config, version, delay_s=self.delays.get(n, 0.0))
+        self.worker_of[uid] = worker
+        self.futures[uid] = self.client.submit(
+            run_rank, spec, key=f"malleable-rank-{uid}", workers=[worker], allow_other_workers=False, resources={"GPU": 1}, pure=False
+        )
+        return uid
+
+    def _ensure_monitor(self) -> None:
+        if self._monitor is None:
+            self._monitor = threading.Thread(target=self._monitor_loop, daemon=True, name=f"malleable-monitor-{self.job_id}")
+            self._monitor.start()
+
+    def _wait_for(self, predicate: Callable[[_Events], object], timeout: float) -> object:
+        self._ensure_monitor()
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                value = predicate(self._events)
+                if value:
+                    return value
+                if self._events.errors:
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                self._cond.wait(min(left, 0.2))
+        self._raise_errors()
+        return None
+
+    def _wait_ready(self, uids: list[str], timeout: float) -> bool:
+        return bool(self._wait_for(lambda e: all(u in e.ready for u in uids), timeout))
+
+    def _wait_applied(self, version: int, timeout: float) -> RankEvent | None:
+        def applied(e: _Events) -> object:
+            if version in e.applied:
+                return e.applied[version]
+            return "finished" if e.finished else None
+
+        value = self._wait_for(applied, timeout)
+        return value if isinstance(value, RankEvent) else None
+
+    def _raise_errors(self) -> None:
+        if self._events.errors:
+            e = self._events.errors[0]
+            raise JobFailed(f"job {self.job_id}: rank {e.uid} failed: {e.detail}")
+        for uid, fut in list(self.futures.items()):
+            if fut.status == "error" and uid in self.members and not self._events.failed:
+                exc = fut.exception()
+                raise JobFailed(f"job {self.job_id}: rank {uid} failed: {type(exc).__name__}: {exc}")
+
+    def _monitor_loop(self) -> None:
+        while not self._closed.is_set():
+            try:
+                events = self.board.drain(timeout=0.1)
+            except Exception:  # noqa: BLE001 - the client is closing; nothing left to watch
+                if self._closed.wait(0.2):
+                    return
+                continue
+            for event in events:
+                self._record(event)
+            done = self._recovered_from()
+            newest_applied = max(self._events.applied, default=-1)
+            for version in sorted(self._events.failed):
+                if version not in done and version >= newest_applied:
+                    self._recover(version)
+                    break
+
+    def _recovered_from(self) -> set[int]:
+        return {r.failed_version for r in self.recoveries}
+
+    def _record(self, event: RankEvent) -> None:
+        with self._cond:
+            e = self._events
+            if event.kind == EventKind.READY:
+                e.ready.add(event.uid)
+            elif event.kind == EventKind.APPLIED:
+                e.applied[event.version] = event
+            elif event.kind == EventKind.STOPPED:
+                e.stopped[event.version] = event
+            elif event.kind == EventKind.FAILED:
+                e.failed.setdefault(event.version, {})[event.uid] = event.step
+            elif event.kind == EventKind.STRAGGLER:
+                e.stragglers.append((event.step, event.uid))
+            elif event.kind == EventKind.FINISHED:
+                e.finished = event
+            elif event.kind == EventKind.ERROR:
+                e.errors.append(event)
+            self._cond.notify_all()
+        if event.kind == EventKind.STRAGGLER and self.on_straggler is not None:
+            self.on_straggler(event.uid, event.step)
+
+    def _dead(self, uid: str) -> bool:
+        fut = self.futures.get(uid)
+        if fut is not None and fut.status in ("error", "cancelled", "lost"):
+            return True
+        return self.worker_of.get(uid) not in set(self.pool.alive())
+
+    def _recover(self, failed_version: int) -> None:
+        """Every member of the failed generation reported or is dead (or time is up): regroup."""
+        with self._plan_lock:
+            if failed_version in self._recovered_from():
+                return
+            plan = self.board.plan(failed_version, timeout=5.0)
+            members = plan.members
+            deadline = time.monotonic() + self.config.timeout_s + 5.0
+            while time.monotonic() < deadline:
+                reported = self._events.failed.get(failed_version, {})
+                if all(u in reported or self._dead(u) for u in members):
+                    break
+                for event in self.board.drain(timeout=0.1):
+                    self._record(event)
+            reported = dict(self._events.failed.get(failed_version, {}))
+            survivors = tuple(u for u in members if u in reported and not self._dead(u))
+            lost = tuple(u for u in members if u not in survivors)
+            for uid in lost:
+                self.futures[uid].cancel()
+                self.pool.give_back([self.worker_of[uid]])
+            last_status = self.status()
+            last_step = max([*reported.values(), last_status.step if last_status else 0])
+            version = self._next_version()
+            if survivors:
+                source = max(survivors, key=lambda u: (reported[u], -members.index(u)))
+                batch = max(self.global_batch, len(survivors))
+                new_plan = Plan(version, PlanKind.RECOVER, survivors, batch, source=source)
+                resumed = reported[source]
+            elif has_checkpoint(self.config.checkpoint_dir):
+                workers = self.pool.take(self.job_id, min(len(members), len(self.pool.free())) or 1)
+                survivors = tuple(self._launch(addr, version) for addr in workers)
+                new_plan = Plan(version, PlanKind.RECOVER, survivors, max(self.global_batch, len(survivors)), source=FROM_CHECKPOINT)
+                resumed = -1
+            else:
+                with self._cond:
+                    self._events.errors.append(
+                        RankEvent(EventKind.ERROR, "-", failed_version, last_step, detail="every rank was lost and no checkpoint exists")
+                    )
+                    self._cond.notify_all()
+                self.recoveries.append(RecoveryRecord(failed_version, version, (), lost, -1, last_step, float("nan"), False))
+                return
+            log.warning("job %s: generation %d lost %s; %d survivor(s) continue", self.job_id, failed_version, lost, len(survivors))
+            self._publish(new_plan)
+            self.members, self.global_batch = new_plan.members, new_plan.global_batch
+            record = RecoveryRecord(failed_version, version, survivors, lost, resumed, last_step, float("nan"), new_plan.source == FROM_CHECKPOINT)
+            self.recoveries.append(record)
+        # Wait for the new generation here (the monitor must keep pumping events meanwhile).
+        deadline = time.monotonic() + self._startup_timeout()
+        while time.monotonic() < deadline and version not in self._events.applied and not self._events.finished:
+            for event in self.board.drain(timeout=0.1):
+                self._record(event)
+        applied = self._events.applied.get(version)
+        if applied is not None:
+            # The survivors time the pause from the moment their collective failed.
+            self.recoveries[-1] = RecoveryRecord(
+                failed_version, version, survivors, lost, applied.step if resumed < 0 else resumed, last_step, applied.pause_s, record.from_checkpoint
+            )
+
+
+def _check_batch(batch: int, gpus: int) -> None:
+    if not (isinstance(gpus, int) and not isinstance(gpus, bool) and gpus >= 1):
+        raise ValueError(f"gpus={gpus!r}: must be a positive integer")
+    if not (isinstance(batch, int) and not isinstance(batch, bool) and batch >= 1):
+        raise ValueError(f"global_batch={batch!r}: must be a positive integer")
+    if batch < gpus:
+        raise ValueError(f"global_batch={batch!r}: must be >= gpus={gpus} so every rank gets a sample")

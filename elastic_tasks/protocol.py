@@ -1,0 +1,179 @@
+"""Types that cross between a job's coordinator (client side) and its ranks (Dask workers).
+
+A *plan* tells the ranks of a job which members form the next generation, with what global
+batch, from which step, and whose state everyone copies. Plans are numbered; each version
+is published once and never changes, so every rank that reads version v reads the same plan.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+
+# ``Plan.source`` value meaning: every member loads the last checkpoint from disk.
+FROM_CHECKPOINT = "<checkpoint>"
+
+
+class PlanKind(str, Enum):
+    START = "start"
+    RESCALE = "rescale"  # in place: survivors keep processes and tensors
+    RECOVER = "recover"  # after a rank was lost: shrink to survivors
+    STOP = "stop"  # every rank leaves (the job is paused or cancelled)
+    CHECKPOINT_STOP = "checkpoint_stop"  # save a checkpoint, then every rank leaves (restart path)
+
+
+class RankExit(str, Enum):
+    FINISHED = "finished"
+    LEFT = "left"  # not a member of the next generation
+    STOPPED = "stopped"
+    DUPLICATE = "duplicate"  # a re-run of a rank task that already ran: did nothing
+
+
+@dataclass(frozen=True, slots=True)
+class TrainConfig:
+    """How one job trains; the same object goes to every rank.
+
+    The job ends at ``max_steps`` or once ``total_samples`` have been processed, whichever
+    comes first. ``max_batch_per_gpu`` is the memory cap that turns into gradient
+    accumulation. ``timeout_s`` bounds every rendezvous and collective.
+    """
+
+    global_batch: int
+    max_steps: int | None = None
+    total_samples: int | None = None
+    seed: int = 0
+    max_batch_per_gpu: int | None = None
+    lr_ramp_steps: int = 100
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 0
+    timeout_s: float = 30.0
+    backend: str | None = None  # None: nccl where CUDA is available, else gloo
+    torch_threads: int = 1
+    record_indices: bool = False
+    evaluate: bool = True
+    straggler_alpha: float = 0.1
+    straggler_threshold: float = 0.8
+
+    def __post_init__(self) -> None:
+        _int("global_batch", self.global_batch, 1)
+        if self.max_steps is None and self.total_samples is None:
+            raise ValueError("TrainConfig: set max_steps or total_samples (the job must end)")
+        if self.max_steps is not None:
+            _int("max_steps", self.max_steps, 1)
+        if self.total_samples is not None:
+            _int("total_samples", self.total_samples, 1)
+        _int("seed", self.seed, 0)
+        if self.max_batch_per_gpu is not None:
+            _int("max_batch_per_gpu", self.max_batch_per_gpu, 1)
+        _int("lr_ramp_steps", self.lr_ramp_steps, 0)
+        _int("checkpoint_every", self.checkpoint_every, 0)
+        if self.checkpoint_every and self.checkpoint_dir is None:
+            raise ValueError(f"TrainConfig.checkpoint_every={self.checkpoint_every!r}: needs checkpoint_dir")
+        if not (math.isfinite(self.timeout_s) and self.timeout_s > 0):
+            raise ValueError(f"TrainConfig.timeout_s={self.timeout_s!r}: must be a finite number > 0")
+        if self.backend not in (None, "gloo", "nccl"):
+            raise ValueError(f"TrainConfig.backend={self.backend!r}: expected 'gloo', 'nccl' or None")
+        _int("torch_threads", self.torch_threads, 1)
+        if not (0 < self.straggler_alpha <= 1):
+            raise ValueError(f"TrainConfig.straggler_alpha={self.straggler_alpha!r}: must be in (0, 1]")
+        if not (0 <= self.straggler_threshold <= 1):
+            raise ValueError(f"TrainConfig.straggler_threshold={self.straggler_threshold!r}: must be in [0, 1]")
+
+
+def _int(name: str, value: object, minimum: int) -> None:
+    if not (isinstance(value, int) and not isinstance(value, bool) and value >= minimum):
+        raise ValueError(f"TrainConfig.{name}={value!r}: must be an integer >= {minimum}")
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Generation ``version`` of a job: ``members`` in rank order (rank 0 hosts the rendezvous).
+
+    Running ranks switch at the first step boundary >= ``at_step`` (None: as soon as all have
+    seen the plan). ``source`` is the member whose state every other member copies (None:
+    members already agree, e.g. after a scale-in; FROM_CHECKPOINT: load from disk).
+    """
+
+    version: int
+    kind: PlanKind
+    members: tuple[str, ...]
+    global_batch: int
+    at_step: int | None = None
+    source: str | None = None
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.version, int) and self.version >= 0):
+            raise ValueError(f"Plan.version={self.version!r}: must be an integer >= 0")
+        object.__setattr__(self, "kind", PlanKind(self.kind))
+        if len(set(self.members)) != len(self.members):
+            raise ValueError(f"Plan.members={self.members!r}: must be distinct")
+        if self.kind in (PlanKind.STOP, PlanKind.CHECKPOINT_STOP):
+            if self.members:
+                raise ValueError(f"Plan.members={self.members!r}: a {self.kind.value} plan has no members")
+        else:
+            if not self.members:
+                raise ValueError(f"Plan.members=(): a {self.kind.value} plan needs at least one member")
+            if self.global_batch < len(self.members):
+                raise ValueError(
+                    f"global_batch={self.global_batch!r}: must be >= world_size={len(self.members)} so every rank gets a sample"
+                )
+        if self.source is not None and self.source != FROM_CHECKPOINT and self.source not in self.members:
+            raise ValueError(f"Plan.source={self.source!r}: not among members {self.members!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class RankSpec:
+    """What one rank task needs: which job, who it is, and which plan version it joins at."""
+
+    job_id: str
+    uid: str
+    entrypoint: str
+    config: TrainConfig
+    join_version: int
+    delay_s: float = 0.0  # injected per-step slowdown (straggler tests and demos)
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    step: int  # the step that produced this record (0-based)
+    loss: float  # mean loss over the global batch
+    accuracy: float
+    world_size: int
+    global_batch: int
+    lr: float
+
+
+@dataclass(frozen=True, slots=True)
+class SwitchRecord:
+    """A generation change as one rank lived it; ``pause_s`` is the training time it cost."""
+
+    version: int
+    kind: PlanKind
+    step: int
+    world_size: int
+    global_batch: int
+    pause_s: float
+    state_from: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class EvalResult:
+    loss: float
+    accuracy: float
+    samples: int
+
+
+@dataclass(frozen=True, slots=True)
+class RankResult:
+    uid: str
+    exit: RankExit
+    step: int
+    samples_seen: int
+    history: tuple[StepRecord, ...] = ()
+    switches: tuple[SwitchRecord, ...] = ()
+    indices: tuple[tuple[int, tuple[int, ...]], ...] = ()
+    stragglers: tuple[tuple[int, str], ...] = ()  # (step, uid) when a rank was first flagged
+    recoveries: tuple[tuple[int, int], ...] = ()  # (failed generation, step this rank held)
+    eval: EvalResult | None = None
+    step_time_s: float = 0.0  # median wall time per step in this rank's last generation

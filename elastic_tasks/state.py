@@ -1,0 +1,194 @@
+"""The state of an elastic job, replicated from a survivor over the network or saved to disk.
+
+``ElasticState`` is what a rank must hold to take the next step identically to every other
+rank: model tensors (parameters and buffers), optimizer state, the step counter, the
+position in the sample stream, the LR ramp and the RNG state.
+
+Broadcast (seed 002's IO-free replication) goes in two phases so that every rank agrees on
+the exact list and shapes of the tensors before any tensor moves: the source sends the
+*structure* (metadata, optimizer state with tensors replaced by shape/dtype descriptors) as
+one object; receivers whose optimizer state is still empty (new ranks: no momentum yet)
+materialise it from the descriptors; then all tensors travel as one flat buffer per dtype.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from elastic_tasks.scaling import LRRamp
+
+CHECKPOINT_NAME = "state.pt"
+
+
+@dataclass(frozen=True, slots=True)
+class TrainMeta:
+    """Everything but the tensors; identical on every rank after each step."""
+
+    step: int
+    samples_seen: int
+    global_batch: int
+    lr: LRRamp
+    rng_state: bytes
+    finished: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("step", "samples_seen", "global_batch"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and value >= 0):
+                raise ValueError(f"TrainMeta.{name}={value!r}: must be an integer >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class _TensorSpec:
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+
+@dataclass(slots=True)
+class ElasticState:
+    """A rank's live training state; the model and optimizer are updated in place."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    meta: TrainMeta
+
+    def capture_rng(self) -> None:
+        self.meta = dataclasses.replace(self.meta, rng_state=torch.get_rng_state().numpy().tobytes())
+
+    def restore_rng(self) -> None:
+        torch.set_rng_state(torch.frombuffer(bytearray(self.meta.rng_state), dtype=torch.uint8))
+
+    # -- broadcast -----------------------------------------------------------------------
+
+    def broadcast(self, src: int, group: dist.ProcessGroup | None = None) -> None:
+        """Make every rank's state equal to rank ``src``'s (collective: all ranks call it)."""
+        is_src = dist.get_rank(group) == src
+        if is_src:
+            self.capture_rng()
+        structure = [(self.meta, _describe(self.optimizer.state_dict())) if is_src else None]
+        dist.broadcast_object_list(structure, src=src, group=group)
+        meta, opt_structure = structure[0]
+        if not is_src:
+            self.optimizer.load_state_dict(_materialise(opt_structure))
+            self.meta = meta
+            self.restore_rng()
+        tensors = list(self._tensors())
+        for dtype in sorted({t.dtype for t in tensors}, key=str):
+            group_tensors = [t for t in tensors if t.dtype == dtype]
+            flat = torch.cat([t.detach().reshape(-1) for t in group_tensors]) if is_src else torch.empty(
+                sum(t.numel() for t in group_tensors), dtype=dtype, device=group_tensors[0].device
+            )
+            dist.broadcast(flat, src=src, group=group)
+            if not is_src:
+                offset = 0
+                with torch.no_grad():
+                    for t in group_tensors:
+                        t.copy_(flat[offset : offset + t.numel()].view_as(t))
+                        offset += t.numel()
+
+    def _tensors(self) -> Iterator[torch.Tensor]:
+        """Model then optimizer tensors in an order every rank derives the same way."""
+        yield from self.model.state_dict(keep_vars=True).values()
+        params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        for p in params:
+            state = self.optimizer.state.get(p, {})
+            for key in sorted(state):
+                if isinstance(state[key], torch.Tensor):
+                    yield state[key]
+
+    # -- disk ------------------------------------------------------------------------------
+
+    def save(self, directory: str | os.PathLike[str]) -> Path:
+        """Write atomically (temp file + rename): a crash leaves the previous checkpoint intact."""
+        self.capture_rng()
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        payload = {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "meta": _meta_to_dict(self.meta),
+        }
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".state-", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                torch.save(payload, f)
+                f.flush()
+                os.fsync(f.fileno())
+            target = directory / CHECKPOINT_NAME
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return target
+
+    def load(self, directory: str | os.PathLike[str]) -> None:
+        path = Path(directory) / CHECKPOINT_NAME
+        if not path.is_file():
+            raise FileNotFoundError(f"checkpoint_dir={str(directory)!r}: no {CHECKPOINT_NAME} there")
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+        self.model.load_state_dict(payload["model"])
+        self.optimizer.load_state_dict(payload["optimizer"])
+        self.meta = _meta_from_dict(payload["meta"])
+        self.restore_rng()
+
+
+def has_checkpoint(directory: str | os.PathLike[str] | None) -> bool:
+    return directory is not None and (Path(directory) / CHECKPOINT_NAME).is_file()
+
+
+def read_meta(directory: str | os.PathLike[str]) -> TrainMeta:
+    payload = torch.load(Path(directory) / CHECKPOINT_NAME, map_location="cpu", weights_only=True)
+    return _meta_from_dict(payload["meta"])
+
+
+def _describe(obj: object) -> object:
+    if isinstance(obj, torch.Tensor):
+        return _TensorSpec(tuple(obj.shape), obj.dtype)
+    if isinstance(obj, dict):
+        return {k: _describe(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_describe(v) for v in obj]
+    return obj
+
+
+def _materialise(obj: object) -> object:
+    if isinstance(obj, _TensorSpec):
+        return torch.zeros(obj.shape, dtype=obj.dtype)
+    if isinstance(obj, dict):
+        return {k: _materialise(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_materialise(v) for v in obj]
+    return obj
+
+
+def _meta_to_dict(meta: TrainMeta) -> dict[str, object]:
+    # torch.load(weights_only=True) accepts plain containers only; the dataclass is rebuilt on load.
+    return {
+        "step": meta.step,
+        "samples_seen": meta.samples_seen,
+        "global_batch": meta.global_batch,
+        "lr": [meta.lr.start, meta.lr.target, meta.lr.begin, meta.lr.steps],
+        "rng_state": torch.frombuffer(bytearray(meta.rng_state), dtype=torch.uint8).clone(),
+        "finished": meta.finished,
+    }
+
+
+def _meta_from_dict(d: dict[str, object]) -> TrainMeta:
+    start, target, begin, steps = d["lr"]  # type: ignore[misc]
+    return TrainMeta(
+        step=int(d["step"]),  # type: ignore[arg-type]
+        samples_seen=int(d["samples_seen"]),  # type: ignore[arg-type]
+        global_batch=int(d["global_batch"]),  # type: ignore[arg-type]
+        lr=LRRamp(float(start), float(target), int(begin), int(steps)),
+        rng_state=d["rng_state"].numpy().tobytes(),  # type: ignore[union-attr]
+        finished=bool(d["finished"]),
+    )

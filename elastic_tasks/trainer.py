@@ -1,0 +1,411 @@
+"""The rank loop: one long-running Dask task per worker; the world size changes between steps.
+
+A rank builds its recipe once, then lives through *generations* (numbered plans). Each
+generation is one process group whose rank 0 hosts the rendezvous (a fresh ``TCPStore`` on
+its own host, address published through the job board). On a plan change the surviving
+ranks keep their process, model and optimizer tensors; they destroy the old process group,
+join the new one, and — if someone new joined — everyone copies the state of a survivor
+over the collective backend (no disk). Ranks not in the new plan leave cleanly.
+
+Coordination is asynchronous (seed 002): a background thread watches the board for new
+plans while training runs; at the end of every step the ranks agree, in one tiny MAX
+allreduce, on the newest plan any of them has seen, and all switch at the same step
+boundary. A collective that fails (a peer died) sends the rank into recovery: it reports
+its step and waits for the coordinator's recovery plan, losing at most the step in flight.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import statistics
+import threading
+import time
+from datetime import timedelta
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from distributed import get_client, get_worker
+from distributed.comm import get_address_host
+from torch.nn.parallel import DistributedDataParallel
+
+from elastic_tasks.board import EventKind, JobBoard, JobStatus, RankEvent
+from elastic_tasks.protocol import (
+    FROM_CHECKPOINT,
+    EvalResult,
+    Plan,
+    PlanKind,
+    RankExit,
+    RankResult,
+    RankSpec,
+    StepRecord,
+    SwitchRecord,
+)
+from elastic_tasks.recipe import TrainingRecipe, load_entry_point
+from elastic_tasks.scaling import accumulation_steps, initial_lr, micro_batches, rescale_lr
+from elastic_tasks.sharding import EpochSampler, rank_slice
+from elastic_tasks.state import ElasticState, TrainMeta, has_checkpoint, read_meta
+from elastic_tasks.straggler import StragglerDetector
+
+log = logging.getLogger(__name__)
+
+_POLL_S = 0.05
+_STATUS_EVERY_S = 0.25
+
+
+class CollectiveFailure(RuntimeError):
+    """A rendezvous or collective of the current generation failed: a peer is gone or hung."""
+
+
+def run_rank(spec: RankSpec) -> RankResult:
+    """Dask task: train as rank ``spec.uid`` of job ``spec.job_id`` until the job ends or the rank leaves."""
+    board = JobBoard(spec.job_id, get_client())
+    # Dask re-runs the tasks of a dead worker elsewhere; a rank's identity lives once only.
+    if not board.mark_started(spec.uid):
+        return RankResult(spec.uid, RankExit.DUPLICATE, step=0, samples_seen=0)
+    try:
+        return _Rank(spec, board).run()
+    except BaseException as exc:
+        with contextlib.suppress(Exception):
+            board.post(RankEvent(EventKind.ERROR, spec.uid, spec.join_version, -1, detail=f"{type(exc).__name__}: {exc}"[:500]))
+        raise
+    finally:
+        if dist.is_initialized():
+            with contextlib.suppress(Exception):
+                dist.destroy_process_group()
+
+
+class _Courier(threading.Thread):
+    """Watches the board for the newest plan version; pushes rank 0's status now and then."""
+
+    def __init__(self, board: JobBoard) -> None:
+        super().__init__(daemon=True, name="malleable-courier")
+        self.board = board
+        self.seen_version = -1
+        self.status: JobStatus | None = None
+        self._sent: JobStatus | None = None
+        self._stop = threading.Event()
+
+    def run(self) -> None:
+        last_push = 0.0
+        while not self._stop.wait(_POLL_S):
+            with contextlib.suppress(Exception):
+                v = self.board.latest_version()
+                if v is not None and v > self.seen_version:
+                    self.seen_version = v
+            status = self.status
+            if status is not None and status is not self._sent and time.monotonic() - last_push >= _STATUS_EVERY_S:
+                with contextlib.suppress(Exception):
+                    self.board.set_status(status)
+                    self._sent, last_push = status, time.monotonic()
+
+    def flush(self) -> None:
+        if self.status is not None and self.status is not self._sent:
+            with contextlib.suppress(Exception):
+                self.board.set_status(self.status)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def _is_collective_error(exc: BaseException) -> bool:
+    if isinstance(exc, (CollectiveFailure, dist.DistError, TimeoutError, ConnectionError)):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and any(w in text for w in ("gloo", "nccl", "connection", "timed out", "timeout", "peer"))
+
+
+class _Rank:
+    def __init__(self, spec: RankSpec, board: JobBoard) -> None:
+        self.spec = spec
+        self.config = spec.config
+        self.board = board
+        self.host = get_address_host(get_worker().address)
+        torch.set_num_threads(self.config.torch_threads)
+        self.recipe: TrainingRecipe = load_entry_point(spec.entrypoint)
+        self.backend = self.config.backend or ("nccl" if torch.cuda.is_available() else "gloo")
+        self.device = torch.device("cuda", torch.cuda.current_device()) if self.backend == "nccl" else torch.device("cpu")
+        torch.manual_seed(self.config.seed)
+        model = self.recipe.build_model().to(self.device)
+        lr = initial_lr(self.recipe.base_lr, self.recipe.base_batch, self.config.global_batch)
+        optimizer = self.recipe.make_optimizer(model.parameters(), lr.at(0))
+        meta = TrainMeta(step=0, samples_seen=0, global_batch=self.config.global_batch, lr=lr, rng_state=b"")
+        self.state = ElasticState(model, optimizer, meta)
+        self.state.capture_rng()
+        self.sampler = EpochSampler(len(self.recipe.dataset), self.config.seed)  # type: ignore[arg-type]
+        self.detector = StragglerDetector(self.config.straggler_alpha, self.config.straggler_threshold)
+        self.courier = _Courier(board)
+        self.plan: Plan | None = None
+        self.pending: Plan | None = None
+        self.rank = 0
+        self.world = 0
+        self.ddp: DistributedDataParallel | None = None
+        self._stores: list[dist.TCPStore] = []
+        self.history: list[StepRecord] = []
+        self.switches: list[SwitchRecord] = []
+        self.indices: list[tuple[int, tuple[int, ...]]] = []
+        self.stragglers: list[tuple[int, str]] = []
+        self.recoveries: list[tuple[int, int]] = []
+        self.step_times: list[float] = []
+        self.local_time = 0.0
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def run(self) -> RankResult:
+        finished = self._finished_checkpoint()
+        if finished is not None:
+            return finished
+        self.courier.start()
+        try:
+            self.board.post(RankEvent(EventKind.READY, self.spec.uid, self.spec.join_version, 0))
+            plan = self.board.plan(self.spec.join_version, timeout=max(60.0, 4 * self.config.timeout_s))
+            t_stop = time.time()
+            while True:
+                if plan.kind in (PlanKind.STOP, PlanKind.CHECKPOINT_STOP) or self.spec.uid not in plan.members:
+                    return self._leave(plan, t_stop)
+                try:
+                    self._enter(plan, t_stop)
+                    plan = self._train_until_switch()
+                    t_stop = time.time()
+                    if plan is None:
+                        return self._finish()
+                except Exception as exc:
+                    if not _is_collective_error(exc):
+                        raise
+                    t_stop = time.time()
+                    plan = self._recover(exc)
+                    if plan is None:
+                        return self._result(RankExit.LEFT)
+        finally:
+            self.courier.stop()
+
+    def _finished_checkpoint(self) -> RankResult | None:
+        """Idempotence: a job whose final checkpoint says finished is not trained again."""
+        directory = self.config.checkpoint_dir
+        if not has_checkpoint(directory):
+            return None
+        meta = read_meta(directory)  # type: ignore[arg-type]
+        if not meta.finished:
+            return None
+        self.board.post(RankEvent(EventKind.FINISHED, self.spec.uid, self.spec.join_version, meta.step, detail="already finished"))
+        return RankResult(self.spec.uid, RankExit.FINISHED, meta.step, meta.samples_seen)
+
+    def _enter(self, plan: Plan, t_stop: float) -> None:
+        """Join generation ``plan.version``: new process group, state from the source, new DDP."""
+        self._drop_group()
+        self.plan, self.pending = plan, None
+        self.rank, self.world = plan.members.index(self.spec.uid), len(plan.members)
+        timeout = timedelta(seconds=self.config.timeout_s)
+        if self.rank == 0:
+            store = dist.TCPStore(self.host, 0, self.world, is_master=True, timeout=timeout, wait_for_workers=False)
+            self.board.set_rendezvous(plan.version, self.host, store.port)
+        else:
+            host, port = self.board.rendezvous(plan.version, timeout=self.config.timeout_s)
+            store = dist.TCPStore(host, port, self.world, is_master=False, timeout=timeout)
+        # Keep the previous generation's store alive a little longer: a slow peer may still close on it.
+        self._stores = [*self._stores[-1:], store]
+        dist.init_process_group(self.backend, store=store, rank=self.rank, world_size=self.world, timeout=timeout)
+        if plan.source == FROM_CHECKPOINT:
+            self.state.load(self.config.checkpoint_dir)  # type: ignore[arg-type]
+        elif plan.source is not None:
+            self.state.broadcast(src=plan.members.index(plan.source))
+        self._apply_batch(plan)
+        self.ddp = DistributedDataParallel(self.state.model, init_sync=False, forward_sync_buffers=False)
+        pause = time.time() - t_stop
+        meta = self.state.meta
+        self.switches.append(SwitchRecord(plan.version, plan.kind, meta.step, self.world, meta.global_batch, pause, plan.source))
+        self.step_times = []
+        if self.rank == 0:
+            self.board.post(RankEvent(EventKind.APPLIED, self.spec.uid, plan.version, meta.step, pause_s=pause, world_size=self.world))
+
+    def _apply_batch(self, plan: Plan) -> None:
+        meta = self.state.meta
+        if plan.kind == PlanKind.START and meta.step == 0:
+            lr = initial_lr(self.recipe.base_lr, self.recipe.base_batch, plan.global_batch)
+            self.state.meta = dataclasses.replace(meta, global_batch=plan.global_batch, lr=lr)
+        elif plan.global_batch != meta.global_batch:
+            lr = rescale_lr(meta.lr, meta.step, meta.global_batch, plan.global_batch, self.config.lr_ramp_steps)
+            self.state.meta = dataclasses.replace(meta, global_batch=plan.global_batch, lr=lr)
+
+    def _drop_group(self) -> None:
+        self.ddp = None
+        if dist.is_initialized():
+            with contextlib.suppress(Exception):
+                dist.destroy_process_group()
+
+    def _leave(self, plan: Plan, t_stop: float) -> RankResult:
+        if plan.kind == PlanKind.CHECKPOINT_STOP and self.rank == 0 and self.plan is not None:
+            self.state.save(self.config.checkpoint_dir)  # type: ignore[arg-type]
+        if self.rank == 0 and self.plan is not None and plan.kind in (PlanKind.STOP, PlanKind.CHECKPOINT_STOP):
+            self.board.post(RankEvent(EventKind.STOPPED, self.spec.uid, plan.version, self.state.meta.step, time=t_stop))
+        self._drop_group()
+        return self._result(RankExit.STOPPED if plan.kind in (PlanKind.STOP, PlanKind.CHECKPOINT_STOP) else RankExit.LEFT)
+
+    def _finish(self) -> RankResult:
+        self._drop_group()
+        evaluation = None
+        if self.rank == 0:
+            self.state.meta = dataclasses.replace(self.state.meta, finished=True)
+            if self.config.checkpoint_dir is not None:
+                self.state.save(self.config.checkpoint_dir)
+            if self.config.evaluate and self.recipe.eval_dataset is not None:
+                evaluation = self._evaluate()
+            self.courier.flush()
+            self.board.post(RankEvent(EventKind.FINISHED, self.spec.uid, self.plan.version if self.plan else 0, self.state.meta.step))
+        return self._result(RankExit.FINISHED, evaluation)
+
+    def _recover(self, exc: BaseException) -> Plan | None:
+        """Report the failure and wait for the coordinator's recovery plan (or none: leave)."""
+        failed = self.plan.version if self.plan is not None else self.spec.join_version
+        self._drop_group()
+        self.state.optimizer.zero_grad(set_to_none=True)
+        step = self.state.meta.step
+        self.recoveries.append((failed, step))
+        log.warning("rank %s: generation %d failed at step %d: %s", self.spec.uid, failed, step, exc)
+        self.board.post(RankEvent(EventKind.FAILED, self.spec.uid, failed, step, detail=str(exc)[:300]))
+        deadline = time.monotonic() + max(60.0, 4 * self.config.timeout_s)
+        version = failed
+        while time.monotonic() < deadline:
+            latest = self.courier.seen_version
+            while version < latest:
+                version += 1
+                plan = self.board.plan(version, timeout=self.config.timeout_s)
+                if plan.kind in (PlanKind.RECOVER, PlanKind.STOP, PlanKind.CHECKPOINT_STOP):
+                    return plan if self.spec.uid in plan.members else None
+            time.sleep(_POLL_S)
+        return None
+
+    # -- training ------------------------------------------------------------------------------
+
+    def _done(self) -> bool:
+        meta, cfg = self.state.meta, self.config
+        return (cfg.max_steps is not None and meta.step >= cfg.max_steps) or (
+            cfg.total_samples is not None and meta.samples_seen >= cfg.total_samples
+        )
+
+    def _train_until_switch(self) -> Plan | None:
+        """Train step by step; returns the plan to switch to, or None when the job is done."""
+        while not self._done():
+            t0 = time.perf_counter()
+            loss_sum, correct, count = self._step()
+            plan = self._agree(loss_sum, correct, count)
+            self.step_times.append(time.perf_counter() - t0)
+            cfg = self.config
+            if cfg.checkpoint_every and self.rank == 0 and self.state.meta.step % cfg.checkpoint_every == 0:
+                self.state.save(cfg.checkpoint_dir)  # type: ignore[arg-type]
+            if plan is not None:
+                return plan
+        return None
+
+    def _step(self) -> tuple[float, float, int]:
+        meta = self.state.meta
+        batch = meta.global_batch
+        indices = self.sampler.step_indices(meta.samples_seen, batch)
+        lo, hi = rank_slice(batch, self.world, self.rank)
+        local = indices[lo:hi]
+        if self.config.record_indices:
+            self.indices.append((meta.step, tuple(int(i) for i in local)))
+        chunks = micro_batches(len(local), accumulation_steps(batch, self.world, self.config.max_batch_per_gpu))
+        lr = meta.lr.at(meta.step)
+        for group in self.state.optimizer.param_groups:
+            group["lr"] = lr
+        self.state.optimizer.zero_grad(set_to_none=True)
+        ddp = self.ddp
+        assert ddp is not None
+        # DDP averages gradients over ranks; scaling the local sum by world/batch makes the
+        # update sum(all losses)/global_batch whatever the split.
+        scale = self.world / batch
+        loss_sum = correct = 0.0
+        t_local = time.perf_counter()
+        if self.spec.delay_s:
+            time.sleep(self.spec.delay_s)
+        for i, (a, b) in enumerate(chunks):
+            x, y = self._collate(local[a:b])
+            last = i == len(chunks) - 1
+            with contextlib.nullcontext() if last else ddp.no_sync():
+                out = ddp(x)
+                loss = self.recipe.loss_fn(out, y)
+                n = b - a
+                if last:
+                    # Local work ends where the gradient allreduce (waiting for peers) begins.
+                    self.local_time = time.perf_counter() - t_local
+                (loss * (n * scale)).backward()
+            loss_sum += float(loss.detach()) * n
+            correct += float((out.detach().argmax(dim=1) == y).sum()) if out.dim() == 2 else 0.0
+        self.state.optimizer.step()
+        self.state.meta = dataclasses.replace(meta, step=meta.step + 1, samples_seen=meta.samples_seen + batch)
+        return loss_sum, correct, len(local)
+
+    def _collate(self, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        samples = [self.recipe.dataset[int(i)] for i in idx]
+        x = torch.stack([s[0] for s in samples]).to(self.device, non_blocking=True)
+        y = torch.stack([torch.as_tensor(s[1]) for s in samples]).to(self.device, non_blocking=True)
+        return x, y
+
+    def _agree(self, loss_sum: float, correct: float, count: int) -> Plan | None:
+        """End-of-step agreement: global loss, per-rank throughput, newest plan seen by anyone."""
+        plan = self.plan
+        assert plan is not None
+        stats = torch.zeros(3 + self.world, dtype=torch.float64)
+        stats[0], stats[1], stats[2] = loss_sum, correct, count
+        stats[3 + self.rank] = count / max(self.local_time, 1e-9)
+        seen = self.courier.seen_version
+        control = torch.tensor([seen, -seen], dtype=torch.int64)
+        works = [dist.all_reduce(stats, async_op=True), dist.all_reduce(control, op=dist.ReduceOp.MAX, async_op=True)]
+        for w in works:
+            w.wait()
+        meta = self.state.meta
+        batch = meta.global_batch
+        record = StepRecord(meta.step - 1, float(stats[0]) / batch, float(stats[1]) / batch, self.world, batch, meta.lr.at(meta.step - 1))
+        self.history.append(record)
+        throughput = {uid: float(stats[3 + r]) for r, uid in enumerate(plan.members)}
+        for uid in self.detector.update(throughput):
+            self.stragglers.append((record.step, uid))
+            if self.rank == 0:
+                self.board.post(RankEvent(EventKind.STRAGGLER, uid, plan.version, record.step))
+        if self.rank == 0:
+            self.courier.status = JobStatus(plan.version, meta.step, meta.samples_seen, self.world, batch, record.loss, time.time())
+        newest = int(control[0])
+        if newest > plan.version and (self.pending is None or newest > self.pending.version):
+            candidate = self.board.plan(newest, timeout=self.config.timeout_s)
+            if candidate.kind != PlanKind.RECOVER:  # recovery plans are for ranks in recovery
+                self.pending = candidate
+        pending = self.pending
+        if pending is not None and (pending.at_step is None or meta.step >= pending.at_step):
+            return pending
+        return None
+
+    def _evaluate(self) -> EvalResult:
+        dataset = self.recipe.eval_dataset
+        assert dataset is not None
+        model = self.state.model
+        was_training = model.training
+        model.eval()
+        total_loss = total_correct = 0.0
+        n = len(dataset)  # type: ignore[arg-type]
+        with torch.no_grad():
+            for start in range(0, n, 256):
+                x, y = self._collate(np.arange(start, min(n, start + 256)))
+                out = model(x)
+                total_loss += float(self.recipe.loss_fn(out, y)) * len(y)
+                total_correct += float((out.argmax(dim=1) == y).sum())
+        model.train(was_training)
+        return EvalResult(total_loss / n, total_correct / n, n)
+
+    def _result(self, exit_: RankExit, evaluation: EvalResult | None = None) -> RankResult:
+        meta = self.state.meta
+        return RankResult(
+            uid=self.spec.uid,
+            exit=exit_,
+            step=meta.step,
+            samples_seen=meta.samples_seen,
+            history=tuple(self.history),
+            switches=tuple(self.switches),
+            indices=tuple(self.indices),
+            stragglers=tuple(self.stragglers),
+            recoveries=tuple(self.recoveries),
+            eval=evaluation,
+            step_time_s=statistics.median(self.step_times) if self.step_times else 0.0,
+        )
