@@ -1,0 +1,166 @@
+"""Elastic trainer pieces that need no processes: sharding, hybrid scaling, state, stragglers."""
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from elastic_tasks.protocol import FROM_CHECKPOINT, Plan, PlanKind, TrainConfig
+from elastic_tasks.scaling import LRRamp, accumulation_steps, initial_lr, micro_batches, rescale_lr
+from elastic_tasks.sharding import EpochSampler, rank_slice
+from elastic_tasks.state import ElasticState, TrainMeta, has_checkpoint, read_meta
+from elastic_tasks.straggler import StragglerDetector
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, 200),
+    seed=st.integers(0, 1000),
+    schedule=st.lists(st.tuples(st.integers(1, 64), st.integers(1, 8), st.integers(1, 6)), min_size=1, max_size=8),
+)
+def test_every_sample_of_an_epoch_once_whatever_the_batches_and_world_sizes(n, seed, schedule):
+    """Steps with changing global batch and world size: ranks' slices partition each step, and
+    the stream's first n positions are a permutation of the data set (and so is each later epoch)."""
+    sampler = EpochSampler(n, seed)
+    seen, pos = [], 0
+    for batch, world, steps in schedule:
+        world = min(world, batch)
+        for _ in range(steps):
+            step = sampler.step_indices(pos, batch)
+            parts = [step[slice(*rank_slice(batch, world, r))] for r in range(world)]
+            assert sorted(np.concatenate(parts).tolist()) == sorted(step.tolist())
+            assert all(len(p) >= 1 for p in parts)
+            seen.extend(np.concatenate(parts).tolist())
+            pos += batch
+    for epoch in range(len(seen) // n):
+        assert sorted(seen[epoch * n : (epoch + 1) * n]) == list(range(n))
+    tail = seen[(len(seen) // n) * n :]
+    assert len(set(tail)) == len(tail)
+
+
+def test_sampler_is_deterministic_across_instances_and_epochs_differ():
+    a, b = EpochSampler(100, 7), EpochSampler(100, 7)
+    assert np.array_equal(a.step_indices(130, 40), b.step_indices(130, 40))
+    assert not np.array_equal(a.permutation(0), a.permutation(1))
+
+
+def test_rank_slice_uneven_and_bad_values():
+    assert [rank_slice(10, 3, r) for r in range(3)] == [(0, 4), (4, 7), (7, 10)]
+    with pytest.raises(ValueError, match="global_batch=2"):
+        rank_slice(2, 3, 0)
+    with pytest.raises(ValueError, match="rank"):
+        rank_slice(10, 3, 3)
+
+
+def test_progressive_linear_lr_follows_seed_002():
+    lr = initial_lr(0.1, 32, 64)
+    assert lr.at(0) == pytest.approx(0.2)
+    ramp = rescale_lr(lr, step=100, old_batch=64, new_batch=256, ramp_steps=10)
+    assert ramp.at(100) == pytest.approx(0.2)
+    assert ramp.at(105) == pytest.approx(0.2 + 0.5 * (0.8 - 0.2))
+    assert ramp.at(110) == ramp.at(1000) == pytest.approx(0.8)
+    # Mid-ramp change: start from where the LR is, aim at the scaled target.
+    back = rescale_lr(ramp, step=105, old_batch=256, new_batch=128, ramp_steps=10)
+    assert back.start == pytest.approx(0.5) and back.target == pytest.approx(0.4)
+    assert rescale_lr(lr, 5, 64, 64, 10) is lr
+    with pytest.raises(ValueError, match="LRRamp.start"):
+        LRRamp(0.0, 1.0)
+
+
+def test_accumulation_keeps_micro_batches_under_the_cap():
+    assert accumulation_steps(64, 2, None) == 1
+    assert accumulation_steps(64, 2, 32) == 1
+    assert accumulation_steps(64, 2, 16) == 2
+    assert accumulation_steps(65, 2, 16) == 3  # largest local share is 33
+    chunks = micro_batches(33, 3)
+    assert chunks == [(0, 11), (11, 22), (22, 33)]
+    assert micro_batches(2, 3) == [(0, 1), (1, 2)]
+    with pytest.raises(ValueError, match="max_batch_per_gpu=0"):
+        accumulation_steps(64, 2, 0)
+    with pytest.raises(ValueError, match="global_batch=1"):
+        accumulation_steps(1, 2, 4)
+
+
+def test_loss_scaling_makes_the_update_independent_of_the_split():
+    """sum(local losses)/global_batch on each rank, summed over ranks, equals the full-batch mean."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(5, 3)
+    x, y = torch.randn(10, 5), torch.randint(0, 3, (10,))
+    full = torch.autograd.grad(torch.nn.functional.cross_entropy(model(x), y), model.weight)[0]
+    for world in (1, 3, 4):
+        total = torch.zeros_like(full)
+        for r in range(world):
+            a, b = rank_slice(10, world, r)
+            for c0, c1 in micro_batches(b - a, 2):
+                xs, ys = x[a + c0 : a + c1], y[a + c0 : a + c1]
+                loss = torch.nn.functional.cross_entropy(model(xs), ys) * len(ys) / 10
+                total += torch.autograd.grad(loss, model.weight)[0]
+        assert torch.allclose(total, full, atol=1e-6)
+
+
+def _state(seed: int) -> ElasticState:
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    meta = TrainMeta(step=0, samples_seen=0, global_batch=8, lr=LRRamp(0.1, 0.1), rng_state=b"")
+    state = ElasticState(model, opt, meta)
+    state.capture_rng()
+    return state
+
+
+def test_checkpoint_round_trip_is_exact_and_atomic(tmp_path):
+    state = _state(0)
+    for _ in range(3):
+        state.optimizer.zero_grad()
+        state.model(torch.randn(8, 4)).sum().backward()
+        state.optimizer.step()
+    state.meta = TrainMeta(step=3, samples_seen=24, global_batch=8, lr=LRRamp(0.1, 0.2, 3, 5), rng_state=b"")
+    torch.manual_seed(123)
+    state.save(tmp_path)
+    expected_draw = torch.rand(3)
+    assert not list(tmp_path.glob(".state-*"))  # no temp file left behind
+    other = _state(1)  # different init, empty optimizer state
+    other.load(tmp_path)
+    for a, b in zip(state.model.state_dict().values(), other.model.state_dict().values()):
+        assert torch.equal(a, b)
+    for p, q in zip(state.model.parameters(), other.model.parameters()):
+        assert torch.equal(state.optimizer.state[p]["momentum_buffer"], other.optimizer.state[q]["momentum_buffer"])
+    assert other.meta.step == 3 and other.meta.samples_seen == 24 and other.meta.lr == LRRamp(0.1, 0.2, 3, 5)
+    assert torch.equal(torch.rand(3), expected_draw)  # RNG restored to the saved point
+    assert has_checkpoint(tmp_path) and read_meta(tmp_path).step == 3
+    with pytest.raises(FileNotFoundError, match="checkpoint_dir"):
+        other.load(tmp_path / "missing")
+
+
+def test_straggler_flagged_within_the_ewma_bound():
+    det = StragglerDetector(alpha=0.1, threshold=0.8)
+    bound = StragglerDetector.steps_to_flag(0.5)
+    flagged_at = None
+    for step in range(50):
+        newly = det.update({"a": 100.0, "b": 101.0, "c": 50.0, "d": 99.0})
+        if newly:
+            assert newly == ["c"]
+            flagged_at = step + 1
+            break
+    assert flagged_at == bound == 5
+    # One slow step among fast ones is not persistent.
+    det2 = StragglerDetector()
+    det2.update({"a": 100.0, "b": 10.0, "c": 100.0})
+    assert not det2.flagged
+    with pytest.raises(ValueError, match="fraction"):
+        StragglerDetector.steps_to_flag(0.9)
+
+
+def test_config_and_plan_reject_bad_values():
+    with pytest.raises(ValueError, match="global_batch=0"):
+        TrainConfig(global_batch=0, max_steps=1)
+    with pytest.raises(ValueError, match="max_steps or total_samples"):
+        TrainConfig(global_batch=8)
+    with pytest.raises(ValueError, match="checkpoint_every"):
+        TrainConfig(global_batch=8, max_steps=1, checkpoint_every=5)
+    with pytest.raises(ValueError, match="global_batch=2"):
+        Plan(0, PlanKind.START, ("a", "b", "c"), 2)
+    with pytest.raises(ValueError, match="Plan.source"):
+        Plan(0, PlanKind.START, ("a",), 2, source="z")
+    assert Plan(1, "rescale", ("a",), 4, source=FROM_CHECKPOINT).kind is PlanKind.RESCALE
