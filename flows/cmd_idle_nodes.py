@@ -1,0 +1,105 @@
+"""``malleable idle-nodes``: replay an idle-node trace (seed 003, BFTrainer) under several policies."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+import typer
+from rich.table import Table
+
+from allocator.idle_nodes.replay import ReplayResult, replay, trainer_spec
+from allocator.idle_nodes.snapshot_io import RescaleCost
+from allocator.idle_nodes.table2 import TABLE2
+from allocator.idle_nodes.trace import generate_trace, load_trace, trace_stats, write_trace
+from allocator.policies import UnknownPolicyError, make_policy
+from flows.console import console, fail
+
+IDLE_POLICIES = ("idle_nodes_milp", "idle_nodes_greedy", "idle_nodes_fifo")
+
+
+def result_row(r: ReplayResult) -> dict[str, object]:
+    return {
+        "policy": r.policy,
+        "utilisation": round(r.utilisation, 4),
+        "throughput_samples_s": round(r.throughput, 1),
+        "n_eq": round(r.n_eq, 2),
+        "grows": r.grows,
+        "shrinks": r.shrinks,
+        "starts": r.starts,
+        "stops": r.stops,
+        "preemptions": r.preemptions,
+        "decisions": r.decisions,
+        "median_solve_s": round(r.median_solve_s, 5),
+        "max_solve_s": round(r.max_solve_s, 4),
+        "fallbacks": r.fallbacks,
+        "completed": len(r.completed),
+    }
+
+
+def idle_nodes_command(
+    trace: Annotated[Path | None, typer.Option(help="Idle-node trace CSV (time_s,node,state); default: generate one.")] = None,
+    policy: Annotated[list[str] | None, typer.Option(help="Policy to replay (repeat); default: MILP, heuristic, FIFO.")] = None,
+    nodes: Annotated[int, typer.Option(help="Nodes of the generated trace (paper: 1024 of Summit).")] = 1024,
+    hours: Annotated[float, typer.Option(help="Hours of generated trace to replay.")] = 6.0,
+    seed: Annotated[int, typer.Option(help="Seed of the generated trace.")] = 0,
+    trainers: Annotated[int, typer.Option(help="Trainers running in parallel (the paper's Pjmax).")] = 10,
+    workload: Annotated[str, typer.Option(help="'hpo' (all ShuffleNet, Sec. 5.1) or 'diverse' (Table 2 cyclically, Sec. 5.2).")] = "hpo",
+    t_fwd: Annotated[float, typer.Option(help="MILP forward-looking time T_fwd, seconds.")] = 120.0,
+    up_s: Annotated[float, typer.Option(help="Scale-up cost R_up, seconds.")] = 20.0,
+    down_s: Annotated[float, typer.Option(help="Scale-down cost R_dw, seconds.")] = 5.0,
+    objective: Annotated[str, typer.Option(help="MILP objective: throughput or scaling_efficiency.")] = "throughput",
+    formulation: Annotated[str, typer.Option(help="MILP formulation: count (fast) or node (the paper's x_jn).")] = "count",
+    time_limit: Annotated[float, typer.Option(help="MILP time limit per solve, seconds.")] = 10.0,
+    save_trace: Annotated[Path | None, typer.Option(help="Write the (generated) trace to this CSV.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
+) -> None:
+    """Replay idle nodes under each policy and report U = A_e / A_s, throughput, rescales and solve times."""
+    try:
+        if trace is not None:
+            idle = load_trace(trace)
+        else:
+            if nodes < 1 or hours <= 0:
+                raise ValueError(f"nodes={nodes}, hours={hours}: need nodes >= 1 and hours > 0")
+            idle = generate_trace(np.random.default_rng(seed), nodes=nodes, hours=hours)
+        if not idle.changes:
+            raise ValueError("trace: no node changes to replay")
+        if save_trace is not None:
+            write_trace(idle, save_trace)
+        if workload not in ("hpo", "diverse"):
+            raise ValueError(f"workload={workload!r}: choose hpo or diverse")
+        if trainers < 1:
+            raise ValueError(f"trainers={trainers}: must be >= 1")
+        names = sorted(TABLE2) if workload == "diverse" else ["shufflenet"]
+        jobs = [trainer_spec(f"t{i:03d}", names[i % len(names)], TABLE2[names[i % len(names)]], 10**13) for i in range(trainers)]
+        cost = RescaleCost(up_s, down_s)
+        results = []
+        for name in policy or IDLE_POLICIES:
+            if name not in IDLE_POLICIES:
+                raise ValueError(f"policy={name!r}: idle-node replay runs {', '.join(IDLE_POLICIES)}")
+            params: dict[str, object] = dict(curves=TABLE2)
+            if name == "idle_nodes_milp":
+                params.update(t_fwd=t_fwd, up_s=up_s, down_s=down_s, objective=objective, formulation=formulation, time_limit_s=time_limit)
+            with console.status(f"replaying {len(idle.events())} events under {name}"):
+                results.append(replay(idle, jobs, make_policy(name, **params), TABLE2, default_cost=cost, max_parallel=trainers))
+    except (ValueError, UnknownPolicyError) as exc:
+        fail(str(exc))
+    stats = trace_stats(idle)
+    if as_json:
+        console.print_json(json.dumps({"trace": {k: getattr(stats, k) for k in stats.__slots__}, "results": [result_row(r) for r in results]}))
+        return
+    console.print(
+        f"trace: {stats.hours:.1f} h, {stats.join_events_per_hour:.1f} join / {stats.leave_events_per_hour:.1f} leave events per hour, "
+        f"{stats.mean_idle_nodes:.1f} idle nodes on average, {stats.frac_fragments_under_10min:.0%} of fragments < 10 min"
+    )
+    table = Table(title=f"idle-node replay: {trainers} {workload} trainers, T_fwd={t_fwd:g}s, R_up={up_s:g}s, R_dw={down_s:g}s")
+    for col in ("policy", "U", "samples/s", "grow", "shrink", "start", "stop", "preempt", "solve med", "solve max", "kept"):
+        table.add_column(col, justify="left" if col == "policy" else "right")
+    for r in results:
+        table.add_row(
+            r.policy, f"{r.utilisation:.1%}", f"{r.throughput:,.0f}", str(r.grows), str(r.shrinks), str(r.starts), str(r.stops),
+            str(r.preemptions), f"{r.median_solve_s * 1000:.1f} ms", f"{r.max_solve_s * 1000:.0f} ms", str(r.fallbacks),
+        )
+    console.print(table)
