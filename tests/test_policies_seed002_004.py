@@ -107,9 +107,9 @@ def test_allocation_invariants_or_infeasible(name, snap):
 
 @pytest.mark.parametrize("name", ELAN)
 @settings(max_examples=40, deadline=None)
-@given(snap=snapshots(), mode=st.sampled_from(list(OverflowMode)))
-def test_admission_partitions_queue_and_admitted_jobs_fit(name, snap, mode):
-    policy = make_policy(name)
+@given(snap=snapshots(), mode=st.sampled_from(list(OverflowMode)), jct_rule=st.booleans())
+def test_admission_partitions_queue_and_admitted_jobs_fit(name, snap, mode, jct_rule):
+    policy = make_policy(name, jct_rule=jct_rule)
     assert isinstance(policy, SupportsAdmission)
     running_fit = minimums_fit(policy, ClusterSnapshot(snap.time, snap.capacity, snap.running))
     decision = policy.admit(snap, mode)
@@ -127,10 +127,10 @@ def test_admission_partitions_queue_and_admitted_jobs_fit(name, snap, mode):
 
 
 @settings(max_examples=40, deadline=None)
-@given(snap=snapshots())
-def test_fifo_waits_on_a_suffix_and_backfill_admits_a_superset(snap):
-    fifo = make_policy("elan_fifo").admit(snap, OverflowMode.QUEUE)
-    bf = make_policy("elan_backfill").admit(snap, OverflowMode.QUEUE)
+@given(snap=snapshots(), jct_rule=st.booleans())
+def test_fifo_waits_on_a_suffix_and_backfill_admits_a_superset(snap, jct_rule):
+    fifo = make_policy("elan_fifo", jct_rule=jct_rule).admit(snap, OverflowMode.QUEUE)
+    bf = make_policy("elan_backfill", jct_rule=jct_rule).admit(snap, OverflowMode.QUEUE)
     waiting = [j.id for j in fifo.queued]
     assert waiting == [j.id for j in snap.queued[len(snap.queued) - len(waiting) :]]
     assert {j.id for j in fifo.admitted} <= {j.id for j in bf.admitted}
@@ -232,17 +232,19 @@ def _busy_cluster(running_remaining: int, newcomer_samples: int, newcomer_min_gp
 def test_elan_admission_starts_a_job_when_it_does_not_raise_average_jct():
     # A has far more work left: the newcomer takes one GPU and barely slows A.
     snap = _busy_cluster(running_remaining=1_000_000_000, newcomer_samples=100_000, newcomer_min_gpus=1)
-    assert [j.id for j in make_policy("elan_fifo").admit(snap, OverflowMode.QUEUE).admitted] == ["c"]
+    assert [j.id for j in make_policy("elan_fifo", jct_rule=True).admit(snap, OverflowMode.QUEUE).admitted] == ["c"]
 
 
 def test_elan_admission_waits_when_starting_now_would_raise_average_jct():
     # A is nearly done and the newcomer needs 7 of 8 GPUs: squeezing A onto one GPU costs
     # more than letting the newcomer wait the few seconds until A finishes.
     snap = _busy_cluster(running_remaining=200_000, newcomer_samples=100_000_000, newcomer_min_gpus=7)
-    decision = make_policy("elan_fifo").admit(snap, OverflowMode.QUEUE)
+    decision = make_policy("elan_fifo", jct_rule=True).admit(snap, OverflowMode.QUEUE)
     assert decision.admitted == () and [j.id for j in decision.queued] == ["c"]
     # In DROP mode there is no waiting: since it fits, it starts.
-    assert [j.id for j in make_policy("elan_fifo").admit(snap, OverflowMode.DROP).admitted] == ["c"]
+    assert [j.id for j in make_policy("elan_fifo", jct_rule=True).admit(snap, OverflowMode.DROP).admitted] == ["c"]
+    # Without the JCT clause (the default) fitting minimums is enough.
+    assert [j.id for j in make_policy("elan_fifo").admit(snap, OverflowMode.QUEUE).admitted] == ["c"]
 
 
 def test_elan_gives_more_gpus_to_the_job_with_more_work_left():
@@ -342,9 +344,12 @@ def test_bad_parameters_name_the_field(params, field):
 
 
 @pytest.mark.parametrize("name", ELAN)
-def test_elan_policies_take_no_parameters(name):
+def test_elan_policies_take_only_jct_rule(name):
     with pytest.raises(ValueError, match=name):
         make_policy(name, threshold=0.1)
+    with pytest.raises(ValueError, match="jct_rule"):
+        make_policy(name, jct_rule="maybe")
+    assert make_policy(name, jct_rule="true").jct_rule is True
 
 
 @pytest.mark.parametrize("name", POLICIES)

@@ -7,7 +7,8 @@ admission and allocation rules (see ``elan_fifo``).
 
 What we do (EASY backfilling, the usual reading of Slurm's backfill):
 
-* Jobs start in arrival order while they can (same start condition as E-FIFO).
+* Jobs start in arrival order while they can (same start condition as E-FIFO, including
+  the optional ``jct_rule``).
 * The first job that cannot start — the head — gets a reservation: its *shadow time* is
   when enough running jobs will have finished for the minimums (its own included) to fit,
   predicted from each job's remaining samples at the throughput the allocation rule gives
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from allocator.policies.base import register
-from allocator.policies.elan_fifo import Admitting, ElanFifo, decision, is_drop
+from allocator.policies.elan_fifo import Admitting, ElanFifo, check_params, decision, is_drop, parse_flag
 from allocator.policies.elastic_dp import job_table
 from allocator.types import Allocation, ClusterSnapshot, JobSpec
 
@@ -72,19 +73,20 @@ def finish_at_minimum_s(job: JobSpec, gpus: int) -> float:
 
 @dataclass(frozen=True, slots=True)
 class ElanBackfill:
+    jct_rule: bool = False
     name: str = "elan_backfill"
 
     def allocate(self, snapshot: ClusterSnapshot) -> Allocation:
-        return ElanFifo().allocate(snapshot)
+        return ElanFifo(self.jct_rule).allocate(snapshot)
 
     def min_gpus(self, job: JobSpec, capacity: int) -> int | None:
-        return ElanFifo().min_gpus(job, capacity)
+        return ElanFifo(self.jct_rule).min_gpus(job, capacity)
 
     def admit(self, snapshot: ClusterSnapshot, mode: OverflowMode) -> AdmissionDecision:
         """Arrival order while jobs can start; after the first that cannot, backfill around its reservation."""
         if is_drop(mode):
-            return ElanFifo().admit(snapshot, mode)
-        state = Admitting.start(snapshot, self)
+            return ElanFifo(self.jct_rule).admit(snapshot, mode)
+        state = Admitting.start(snapshot, self, self.jct_rule)
         admitted: list[JobSpec] = []
         waiting: list[JobSpec] = []
         reservation: Reservation | None = None
@@ -116,7 +118,6 @@ class ElanBackfill:
 
 
 @register("elan_backfill")
-def _make(**params: object) -> ElanBackfill:
-    if params:
-        raise ValueError(f"policy elan_backfill takes no parameters, got {sorted(params)}")
-    return ElanBackfill()
+def _make(jct_rule: object = False, **params: object) -> ElanBackfill:
+    check_params("elan_backfill", params)
+    return ElanBackfill(jct_rule=parse_flag("jct_rule", jct_rule))
