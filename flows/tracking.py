@@ -129,6 +129,10 @@ class Tracker:
     def log_artifact(self, run: str, local_path: Path | str, artifact_path: str | None = None) -> None:
         self._call({"op": "artifact", "run": run, "path": str(Path(local_path).resolve()), "artifact_path": artifact_path})
 
+    def log_artifacts(self, run: str, local_dir: Path | str, artifact_path: str | None = None) -> None:
+        """A whole directory (e.g. an MLflow model) under ``artifact_path``."""
+        self._call({"op": "artifacts", "run": run, "path": str(Path(local_dir).resolve()), "artifact_path": artifact_path})
+
     def log_text(self, run: str, text: str, name: str, artifact_path: str | None = None) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / name
@@ -226,6 +230,8 @@ class Tracker:
             )
         elif kind == "artifact":
             self.client.log_artifact(run_id, op["path"], op.get("artifact_path"))
+        elif kind == "artifacts":
+            self.client.log_artifacts(run_id, op["path"], op.get("artifact_path"))
         elif kind == "terminate":
             self.client.set_terminated(run_id, op["status"])
         else:
@@ -236,11 +242,14 @@ class Tracker:
         return self.buffer_path.with_name(self.buffer_path.name + ".artifacts")
 
     def _append(self, op: dict) -> None:
-        if op["op"] == "artifact":
-            # The original may be a temporary file; keep a copy until the server has it.
+        if op["op"] in ("artifact", "artifacts"):
+            # The original may be temporary; keep a copy until the server has it.
             dest = self._artifact_dir() / uuid.uuid4().hex / Path(op["path"]).name
             dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(op["path"], dest)
+            if op["op"] == "artifact":
+                shutil.copy2(op["path"], dest)
+            else:
+                shutil.copytree(op["path"], dest)
             op = {**op, "path": str(dest)}
         self.buffer_path.parent.mkdir(parents=True, exist_ok=True)
         with self.buffer_path.open("a", encoding="utf-8") as f:

@@ -1,0 +1,157 @@
+"""The ``retrain`` flow: one job, from the CLI or a schedule.
+
+profile (cached by model + hardware) -> plan against the GPU workers available now ->
+elastic training on them -> metrics, the final evaluation and the trained model in MLflow.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from distributed import Client
+from prefect import flow, task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NO_CACHE
+
+from allocator.types import JobSpec, Share
+from deploy.clusters import KubeSpec, connect, gpu_workers
+from elastic_tasks.cluster import WorkerPool
+from elastic_tasks.coordinator import JobCoordinator, JobResult
+from elastic_tasks.protocol import TrainConfig
+from elastic_tasks.recipe import load_entry_point
+from elastic_tasks.state import CHECKPOINT_NAME
+from flows.flow_artifacts import artifact_key
+from flows.plan_flow import plan_jobs
+from flows.profile_flow import profile_flow
+from flows.settings import Settings, load_settings
+from flows.tracking import MetricPoint, tracker_from_settings
+
+
+@dataclass(frozen=True, slots=True)
+class RetrainOutcome:
+    run_id: str
+    gpus: int
+    global_batch: int
+    steps: int
+    samples_seen: int
+    final_loss: float | None
+    eval_accuracy: float | None
+    train_s: float
+    model_uri: str | None
+
+
+@task(name="wait-for-workers", retries=3, retry_delay_seconds=5, cache_policy=NO_CACHE)
+def wait_for_workers(client: Client, n: int, timeout_s: float = 60.0) -> list[str]:
+    """The GPU workers that are up (at least ``n``, waiting up to ``timeout_s``)."""
+    client.wait_for_workers(n, timeout=timeout_s)
+    workers = gpu_workers(client)
+    if len(workers) < n:
+        raise RuntimeError(f"only {len(workers)} GPU workers of {n} are up")
+    return workers
+
+
+@task(name="train-elastic", cache_policy=NO_CACHE)
+def train(client: Client, job_id: str, entrypoint: str, share: Share, config: TrainConfig, timeout_s: float) -> tuple[JobResult, float]:
+    coordinator = JobCoordinator(client, WorkerPool(client), job_id, entrypoint, config)
+    t0 = time.monotonic()
+    coordinator.start(share.gpus, share.batch)
+    result = coordinator.wait(timeout=timeout_s)
+    return result, time.monotonic() - t0
+
+
+def step_points(result: JobResult) -> list[MetricPoint]:
+    points = []
+    for rec in result.history:
+        points += [
+            MetricPoint("loss", rec.loss, rec.step),
+            MetricPoint("train_accuracy", rec.accuracy, rec.step),
+            MetricPoint("lr", rec.lr, rec.step),
+            MetricPoint("gpus", rec.world_size, rec.step),
+            MetricPoint("batch", rec.global_batch, rec.step),
+        ]
+    return points
+
+
+def save_model_dir(entrypoint: str, checkpoint_dir: Path, out: Path) -> Path:
+    """The final checkpoint's weights in the recipe's model, saved in MLflow's pytorch format."""
+    import mlflow.pytorch
+
+    recipe = load_entry_point(entrypoint)
+    model = recipe.build_model()
+    payload = torch.load(checkpoint_dir / CHECKPOINT_NAME, map_location="cpu", weights_only=True)
+    model.load_state_dict(payload["model"])
+    model.eval()
+    # "pickle": the default "pt2" needs an input example to trace; a recipe need not give one.
+    mlflow.pytorch.save_model(model, str(out), serialization_format="pickle", pip_requirements=[f"torch=={torch.__version__.split('+')[0]}"])
+    return out
+
+
+def _kube(settings: Settings, workers: int) -> KubeSpec:
+    return KubeSpec(namespace=settings.kube_namespace, image=settings.kube_image, workers=workers)
+
+
+@flow(name="retrain", log_prints=True)
+def retrain_flow(
+    entrypoint: str = "elastic_tasks.examples:mlp_tiny",
+    epochs: float = 1.0,
+    min_batch: int = 16,
+    max_batch: int = 256,
+    workers: int | None = None,
+    policy: str | None = None,
+    profile_batches: list[int] | None = None,
+    timeout_s: float = 1800.0,
+    job_name: str | None = None,
+) -> RetrainOutcome:
+    """Retrain one model elastically on the workers available and log it to MLflow."""
+    settings = load_settings(workers=workers, policy=policy)
+    if epochs <= 0:
+        raise ValueError(f"epochs={epochs!r}: must be > 0")
+    recipe = load_entry_point(entrypoint)
+    job_id = job_name or recipe.name
+    profile = profile_flow(entrypoint, batch_sizes=profile_batches or [8, 16, 32, 64])
+    tracker = tracker_from_settings(settings)
+    total = max(1, int(round(epochs * len(recipe.dataset))))  # type: ignore[arg-type]
+    with connect(settings.cluster.value, workers=settings.workers, address=settings.scheduler_address, kube=_kube(settings, settings.workers)) as client:
+        available = wait_for_workers(client, 1 if settings.cluster.value != "local" else settings.workers)
+        spec = JobSpec(id=job_id, workload=entrypoint, total_samples=total, min_batch=min_batch, max_batch=max_batch, max_gpus=len(available), profile=profile)
+        plan = plan_jobs([spec], len(available), settings.policy)
+        share = plan.jobs[0].share
+        assert share is not None
+        checkpoint_dir = settings.resolved_checkpoint_dir / f"retrain-{job_id}-{uuid.uuid4().hex[:8]}"
+        config = TrainConfig(global_batch=share.batch, total_samples=total, max_batch_per_gpu=profile.max_batch_per_gpu, checkpoint_dir=str(checkpoint_dir))
+        run = tracker.start_run(
+            f"retrain-{job_id}",
+            params={"entrypoint": entrypoint, "policy": settings.policy, "gpus": share.gpus, "global_batch": share.batch, "epochs": epochs, "total_samples": total, "workers_available": len(available), "hardware": profile.hardware},
+            tags={"malleable.mode": "retrain"},
+        )
+        result, train_s = train(client, job_id, entrypoint, share, config, timeout_s)
+    finals = {"steps": result.steps, "samples_seen": result.samples_seen, "train_s": train_s, "samples_per_s": result.samples_seen / train_s if train_s > 0 else 0.0}
+    if result.eval_accuracy is not None:
+        finals["eval_accuracy"] = result.eval_accuracy
+    if result.eval_loss is not None:
+        finals["eval_loss"] = result.eval_loss
+    tracker.log_metrics(run, step_points(result) + [MetricPoint(k, v, result.steps) for k, v in finals.items()])
+    model_uri = None
+    if result.finished:
+        with tempfile.TemporaryDirectory() as tmp:
+            tracker.log_artifacts(run, save_model_dir(entrypoint, checkpoint_dir, Path(tmp) / "model"), "model")
+        run_id = tracker.run_id(run)
+        model_uri = f"runs:/{run_id}/model" if run_id else None
+    tracker.end_run(run, "FINISHED" if result.finished else "FAILED")
+    create_table_artifact(
+        key=artifact_key("retrain", job_id),
+        table=[{"job": job_id, "gpus": share.gpus, "global_batch": share.batch, "steps": result.steps, "final_loss": f"{result.final_loss or float('nan'):.4f}", "eval_accuracy": "-" if result.eval_accuracy is None else f"{result.eval_accuracy:.3f}", "train_s": f"{train_s:.1f}"}],
+        description=f"retrain of {entrypoint}",
+    )
+    create_markdown_artifact(
+        key=artifact_key("retrain", job_id, "summary"),
+        markdown=f"# Retrained {job_id}\n\n* planned {share.gpus} GPUs, global batch {share.batch} ({settings.policy})\n* {result.steps} steps in {train_s:.1f} s\n* eval accuracy {result.eval_accuracy}\n* model: `{model_uri or 'buffered (MLflow unreachable)'}`\n",
+    )
+    if not result.finished:
+        raise RuntimeError(f"job {job_id}: training did not finish")
+    return RetrainOutcome(run, share.gpus, share.batch, result.steps, result.samples_seen, result.final_loss, result.eval_accuracy, train_s, model_uri)
