@@ -6,9 +6,11 @@
   by the smallest step that keeps them a factor or a multiple of the stage's trials (so they
   divide fairly), and take the candidate with the best cost saved per second of JCT added,
   among those that still meet the deadline; stop when none saves more than ``min_saving``.
-  Warm starts: the static optimum and 2x, 3x its size (as the paper does), plus a plan
+  Whole-instance sizes are candidates too (our addition: under per-instance billing a stage
+  pays for whole instances, so a size between factors can be the cheap one). Warm starts: the static optimum and 2x, 3x its size (as the paper does), plus a plan
   built up from the cheapest one: start at 1 GPU per stage and raise the stage with the most
-  JCT saved per cost added until the deadline is met.
+  JCT saved per cost added until the deadline is met; and when neither is feasible, the
+  fastest plan a coordinate search finds.
 * ``exhaustive_plan``: every combination of allowed stage sizes; for checking the greedy on
   small cases.
 
@@ -68,15 +70,18 @@ class Scorer:
         return p.meets(self.spec.deadline_s)
 
 
-def allowed_sizes(trials: int, max_gpus: int, max_per_trial: int) -> tuple[int, ...]:
-    """Stage sizes that divide fairly: factors of ``trials`` and multiples up to the caps."""
+def allowed_sizes(trials: int, max_gpus: int, max_per_trial: int, gpus_per_instance: int = 1) -> tuple[int, ...]:
+    """Stage sizes the planners consider: the paper's factors and multiples of the trial count
+    (they divide fairly), plus whole instances (what per-instance billing charges for anyway)."""
     factors = [d for d in range(1, trials + 1) if trials % d == 0 and d <= max_gpus]
     multiples = [trials * g for g in range(2, max_per_trial + 1) if trials * g <= max_gpus]
-    return tuple(sorted(set(factors + multiples)))
+    whole = range(gpus_per_instance, max_gpus + 1, gpus_per_instance) if gpus_per_instance > 1 else ()
+    return tuple(sorted(set(factors) | set(multiples) | set(whole)))
 
 
 def _sizes(spec: HpoSpec) -> list[tuple[int, ...]]:
-    return [allowed_sizes(s.trials, spec.cloud.max_gpus, spec.trial.max_gpus_per_trial) for s in spec.stages]
+    cloud = spec.cloud
+    return [allowed_sizes(s.trials, cloud.max_gpus, spec.trial.max_gpus_per_trial, cloud.instance.gpus) for s in spec.stages]
 
 
 def static_baseline(spec: HpoSpec, scorer: Scorer | None = None) -> PlanResult:
@@ -153,8 +158,62 @@ def ascend(spec: HpoSpec, scorer: Scorer) -> Prediction | None:
     return best
 
 
-def greedy_plan(spec: HpoSpec, *, samples: int = 0, seed: int = 0, warm_multiples: tuple[int, ...] = (1, 2, 3)) -> PlanResult:
-    """RubberBand's planner; never worse than the static baseline it starts from."""
+def fastest(spec: HpoSpec, scorer: Scorer) -> Prediction:
+    """The (near-)fastest plan: from the fastest static cluster, set each stage in turn to
+    its JCT-minimising size until no stage changes. JCT is a sum of stage times coupled only
+    through scale-up latency, so this coordinate search lands on the fastest plan in the
+    cases we checked; it is the warm start of last resort when nothing cheaper is feasible."""
+    sizes = _sizes(spec)
+    per = spec.cloud.instance.gpus
+    best = min((scorer(static_plan(spec, n * per)) for n in range(1, spec.cloud.max_instances + 1)), key=lambda p: (p.jct_s, p.cost))
+    changed = True
+    while changed:
+        changed = False
+        for i in range(len(best.plan)):
+            for a in sizes[i]:
+                cand = scorer(best.plan[:i] + (a,) + best.plan[i + 1 :])
+                if cand.jct_s < best.jct_s - 1e-9 or (abs(cand.jct_s - best.jct_s) <= 1e-9 and cand.cost < best.cost):
+                    best, changed = cand, True
+    return best
+
+
+def refine(spec: HpoSpec, start: Prediction, scorer: Scorer, min_saving: float = 1e-9, reach: int = 2) -> Prediction:
+    """Our addition after Algorithm 2: a local search over moves the one-way descent cannot
+    make — one stage to any size, or two stages each up to ``reach`` sizes up or down (e.g. a
+    bigger first stage that lets a later stage shrink) — taken while one lowers cost and
+    keeps the deadline."""
+    sizes = _sizes(spec)
+    index = [{a: k for k, a in enumerate(s)} for s in sizes]
+    best = start
+
+    def near(i: int, a: int) -> list[int]:
+        k = index[i].get(a)
+        if k is None:
+            return list(sizes[i])
+        return [sizes[i][j] for j in range(max(0, k - reach), min(len(sizes[i]), k + reach + 1)) if j != k]
+
+    improved = True
+    while improved:
+        improved = False
+        plans = [best.plan[:i] + (a,) + best.plan[i + 1 :] for i in range(len(best.plan)) for a in sizes[i]]
+        for i, j in itertools.combinations(range(len(best.plan)), 2):
+            for a in near(i, best.plan[i]):
+                for b in near(j, best.plan[j]):
+                    plan = list(best.plan)
+                    plan[i], plan[j] = a, b
+                    plans.append(tuple(plan))
+        for plan in plans:
+            cand = scorer(plan)
+            if scorer.ok(cand) and cand.cost < best.cost - min_saving:
+                best, improved = cand, True
+    return best
+
+
+def greedy_plan(
+    spec: HpoSpec, *, samples: int = 0, seed: int = 0, warm_multiples: tuple[int, ...] = (1, 2, 3), refined: bool = True
+) -> PlanResult:
+    """RubberBand's planner (then ``refine`` unless ``refined=False``); never worse than the
+    static baseline it starts from."""
     scorer = Scorer(spec, samples, seed)
     starts: list[tuple[int, ...]] = []
     try:
@@ -169,10 +228,16 @@ def greedy_plan(spec: HpoSpec, *, samples: int = 0, seed: int = 0, warm_multiple
     if built is not None:
         starts.append(built.plan)
     if not starts:
+        quickest = fastest(spec, scorer)
+        if scorer.ok(quickest):
+            starts.append(quickest.plan)
+    if not starts:
         raise NoFeasiblePlanError(f"deadline_s={spec.deadline_s}: neither a static cluster nor the greedy ascent meets it")
     results = [descend(spec, s, scorer) for s in dict.fromkeys(starts)]
     best = min(results, key=lambda p: (p.cost, p.jct_s))
-    return PlanResult(best, "greedy", scorer.evaluations)
+    if refined:
+        best = refine(spec, best, scorer)
+    return PlanResult(best, "greedy+refine" if refined else "greedy", scorer.evaluations)
 
 
 def exhaustive_plan(spec: HpoSpec, *, samples: int = 0, seed: int = 0, limit: int = 200_000) -> PlanResult:
