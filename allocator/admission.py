@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from enum import Enum
+from typing import Protocol, runtime_checkable
 
 from allocator.policies.base import Policy, SupportsMinGpus
 from allocator.types import Allocation, ClusterSnapshot, InfeasibleError, JobSpec, RunningJob
@@ -26,6 +27,13 @@ class AdmissionDecision:
     admitted: tuple[JobSpec, ...]
     queued: tuple[JobSpec, ...]
     dropped: tuple[JobSpec, ...]
+
+
+@runtime_checkable
+class SupportsAdmission(Protocol):
+    """A policy with its own admission rule (queue discipline, start condition), e.g. Elan's E-BF."""
+
+    def admit(self, snapshot: ClusterSnapshot, mode: OverflowMode) -> AdmissionDecision: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,8 +59,11 @@ def admit(snapshot: ClusterSnapshot, policy: Policy, mode: OverflowMode, strict_
 
     With ``strict_fifo`` the first job that does not fit blocks the ones behind it (a FIFO
     queue); without it later, smaller jobs may pass. In DROP mode a job that does not fit
-    is rejected now and never retried.
+    is rejected now and never retried. A policy with its own rule (``SupportsAdmission``)
+    decides for itself.
     """
+    if isinstance(policy, SupportsAdmission):
+        return policy.admit(snapshot, mode)
     accepted = [r.spec for r in snapshot.running]
     admitted: list[JobSpec] = []
     waiting: list[JobSpec] = []

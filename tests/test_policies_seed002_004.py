@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from allocator.admission import OverflowMode, reallocate
 from allocator.policies import make_policy
 from allocator.policies.efficiency_threshold import scaling_efficiency
-from allocator.policies.elan_fifo import SupportsAdmission
+from allocator.admission import SupportsAdmission
 from allocator.policies.greedy import build_tables
 from allocator.throughput import rate_table
 from allocator.types import ClusterSnapshot, InfeasibleError, RunningJob, Share, validate_allocation

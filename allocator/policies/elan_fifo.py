@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING
 
 from allocator.policies.base import SupportsMinGpus, register
 from allocator.policies.elastic_dp import fewest_gpus
@@ -45,13 +45,6 @@ from allocator.types import Allocation, ClusterSnapshot, JobSpec
 
 if TYPE_CHECKING:  # allocator.admission imports the policies package: import it lazily at run time
     from allocator.admission import AdmissionDecision, OverflowMode
-
-
-@runtime_checkable
-class SupportsAdmission(Protocol):
-    """A policy with its own admission rule (queue discipline, start condition)."""
-
-    def admit(self, snapshot: ClusterSnapshot, mode: OverflowMode) -> AdmissionDecision: ...
 
 
 def marginal_gain(t: Tables, remaining: Sequence[float]) -> Gain:
