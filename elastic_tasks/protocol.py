@@ -142,6 +142,7 @@ class StepRecord:
     world_size: int
     global_batch: int
     lr: float
+    wall_s: float = 0.0  # this step's wall time on the recording rank, agreement included
 
 
 @dataclass(frozen=True, slots=True)

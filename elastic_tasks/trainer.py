@@ -290,8 +290,8 @@ class _Rank:
         while not self._done():
             t0 = time.perf_counter()
             loss_sum, correct, count = self._step()
-            plan = self._agree(loss_sum, correct, count)
-            self.step_times.append(time.perf_counter() - t0)
+            plan = self._agree(loss_sum, correct, count, t0)
+            self.step_times.append(self.history[-1].wall_s)
             cfg = self.config
             if cfg.checkpoint_every and self.rank == 0 and self.state.meta.step % cfg.checkpoint_every == 0:
                 self.state.save(cfg.checkpoint_dir)  # type: ignore[arg-type]
@@ -344,7 +344,7 @@ class _Rank:
         y = torch.stack([torch.as_tensor(s[1]) for s in samples]).to(self.device, non_blocking=True)
         return x, y
 
-    def _agree(self, loss_sum: float, correct: float, count: int) -> Plan | None:
+    def _agree(self, loss_sum: float, correct: float, count: int, t0: float) -> Plan | None:
         """End-of-step agreement: global loss, per-rank throughput, newest plan seen by anyone."""
         plan = self.plan
         assert plan is not None
@@ -358,7 +358,8 @@ class _Rank:
             w.wait()
         meta = self.state.meta
         batch = meta.global_batch
-        record = StepRecord(meta.step - 1, float(stats[0]) / batch, float(stats[1]) / batch, self.world, batch, meta.lr.at(meta.step - 1))
+        wall = time.perf_counter() - t0
+        record = StepRecord(meta.step - 1, float(stats[0]) / batch, float(stats[1]) / batch, self.world, batch, meta.lr.at(meta.step - 1), wall)
         self.history.append(record)
         throughput = {uid: float(stats[3 + r]) for r, uid in enumerate(plan.members)}
         for uid in self.detector.update(throughput):

@@ -1,0 +1,174 @@
+"""In-place rescale vs checkpoint-restart, and the elastic trainer's steady-state overhead.
+
+One run, one 3-worker Dask LocalCluster (1 thread per worker, gloo on CPU), one ~10M
+parameter model (``alexnet_10m``: 9.7M parameters, SGD with momentum, so a new rank must
+receive ~77 MB of parameters and momentum), global batch 32:
+
+* in place: a job scales 2 -> 3 -> 2 repeatedly; per event, the pause the ranks measure
+  (end of the last old-generation step -> new generation ready: regroup + state copy).
+  New ranks build their model while the job keeps training; that time is reported apart.
+* restart: the same job scales 2 -> 3 and 3 -> 2 through a checkpoint: save, stop every
+  rank, restart the worker processes, start new ranks that load the checkpoint. The pause
+  is measured the same way (last step before the stop -> new generation ready).
+* steady overhead: median step time of the elastic trainer at a fixed 2 ranks vs a plain
+  DDP loop (same model, data, batch and workers), in paired rounds alternating which runs
+  first; the figure is the median of the per-round ratios (min and max printed too).
+
+Usage: ``python benchmarks/rescale_bench.py [--events 3] [--steady-steps 25]``.
+The last printed line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from datetime import timedelta
+
+from distributed import Client, get_worker
+
+from elastic_tasks.cluster import WorkerPool, local_gpu_cluster, warm_up
+from elastic_tasks.coordinator import JobCoordinator
+from elastic_tasks.protocol import TrainConfig
+
+ENTRY = "elastic_tasks.examples.recipes:alexnet_10m"
+BATCH = 32
+
+
+def plain_ddp(rank: int, world: int, host: str, port: int, steps: int) -> list[float]:
+    """A textbook DDP loop: same model, data and batch; returns per-step wall times."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from elastic_tasks.recipe import load_entry_point
+
+    torch.set_num_threads(1)
+    recipe = load_entry_point(ENTRY)
+    store = dist.TCPStore(host, port, world, is_master=rank == 0, timeout=timedelta(seconds=60))
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timedelta(seconds=60))
+    try:
+        torch.manual_seed(0)
+        model = DistributedDataParallel(recipe.build_model())
+        opt = recipe.make_optimizer(model.parameters(), recipe.base_lr * BATCH / recipe.base_batch)
+        perm = torch.randperm(len(recipe.dataset), generator=torch.Generator().manual_seed(0))
+        local = BATCH // world
+        times = []
+        for step in range(steps):
+            t0 = time.perf_counter()
+            start = (step * BATCH + rank * local) % (len(perm) - BATCH)
+            samples = [recipe.dataset[int(i)] for i in perm[start : start + local]]
+            x = torch.stack([s[0] for s in samples])
+            y = torch.stack([torch.as_tensor(s[1]) for s in samples])
+            opt.zero_grad(set_to_none=True)
+            loss = recipe.loss_fn(model(x), y)
+            loss.backward()
+            opt.step()
+            float(loss.detach())
+            times.append(time.perf_counter() - t0)
+        return times
+    finally:
+        dist.destroy_process_group()
+
+
+def run_plain(client: Client, workers: list[str], steps: int, port: int) -> float:
+    host = "127.0.0.1"
+    futures = [
+        client.submit(plain_ddp, r, len(workers), host, port, steps, workers=[w], allow_other_workers=False, pure=False)
+        for r, w in enumerate(workers)
+    ]
+    times = futures[0].result()
+    for f in futures[1:]:
+        f.result()
+    return statistics.median(times[3:])
+
+
+def run_elastic_steady(client: Client, steps: int, tag: str) -> float:
+    job = JobCoordinator(client, WorkerPool(client), f"steady-{tag}", ENTRY, TrainConfig(global_batch=BATCH, max_steps=steps, timeout_s=60, evaluate=False))
+    job.start(2)
+    result = job.wait(600)
+    return statistics.median(h.wall_s for h in result.history[3:])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--events", type=int, default=3, help="in-place scale-outs (and as many scale-ins)")
+    parser.add_argument("--restarts", type=int, default=1, help="restart-path scale-outs (and as many scale-ins)")
+    parser.add_argument("--steady-steps", type=int, default=25)
+    parser.add_argument("--rounds", type=int, default=4, help="A/B rounds of the steady-state comparison")
+    args = parser.parse_args()
+
+    t_start = time.time()
+    with local_gpu_cluster(3) as cluster, Client(cluster) as client, tempfile.TemporaryDirectory() as ckpt:
+        warm_up(client, ENTRY)
+        print(f"cluster ready in {time.time() - t_start:.1f} s")
+
+        # Steady state first (A/B/A/B), on two workers, nothing else running.
+        workers = sorted(client.scheduler_info(n_workers=-1)["workers"])[:2]
+        # Other load on the machine drifts over minutes: pair each elastic round with the plain
+        # round just before it, alternate which goes first, and take the median paired ratio.
+        plain, elastic, ratios = [], [], []
+        for i in range(args.rounds):
+            first_plain = i % 2 == 0
+            if first_plain:
+                plain.append(run_plain(client, workers, args.steady_steps, 29500 + i))
+            elastic.append(run_elastic_steady(client, args.steady_steps, str(i)))
+            if not first_plain:
+                plain.append(run_plain(client, workers, args.steady_steps, 29500 + i))
+            ratios.append(elastic[-1] / plain[-1])
+            print(f"steady round {i}: plain DDP {plain[-1]:.4f} s/step, elastic {elastic[-1]:.4f} s/step, ratio {ratios[-1]:.4f}")
+        plain_s, elastic_s = statistics.median(plain), statistics.median(elastic)
+
+        config = TrainConfig(global_batch=BATCH, max_steps=100_000, timeout_s=60, checkpoint_dir=ckpt, evaluate=False)
+        job = JobCoordinator(client, WorkerPool(client), "rescale", ENTRY, config)
+        job.start(2)
+        outs, ins, prepare = [], [], []
+        for i in range(args.events):
+            for gpus, sink in ((3, outs), (2, ins)):
+                status = job.status()
+                at = (status.step if status else 0) + 3
+                outcome = job.rescale(gpus, at_step=at)
+                sink.append(outcome.pause_s)
+                if gpus == 3:
+                    prepare.append(outcome.prepare_s)
+                print(f"in place {outcome.before}->{outcome.after} at step {outcome.step}: pause {outcome.pause_s:.3f} s")
+        restarts = []
+        for i in range(args.restarts):
+            for gpus in (3, 2):
+                status = job.status()
+                outcome = job.restart_rescale(gpus, at_step=(status.step if status else 0) + 2)
+                restarts.append(outcome.pause_s)
+                print(f"restart {outcome.before}->{outcome.after} at step {outcome.step}: pause {outcome.pause_s:.3f} s")
+        job.stop()
+        job.wait(120)
+
+    inplace_out = statistics.median(outs)
+    inplace_in = statistics.median(ins)
+    restart = statistics.median(restarts)
+    figures = {
+        "model": "alexnet_10m",
+        "params": 9_672_202,
+        "backend": "gloo",
+        "global_batch": BATCH,
+        "inplace_scale_out_s": round(inplace_out, 4),
+        "inplace_scale_in_s": round(inplace_in, 4),
+        "inplace_events": len(outs) + len(ins),
+        "new_rank_prepare_s": round(statistics.median(prepare), 3),
+        "restart_rescale_s": round(restart, 3),
+        "restart_events": len(restarts),
+        "speedup_vs_restart": round(restart / statistics.median(outs + ins), 1),
+        "plain_ddp_step_s": round(plain_s, 4),
+        "elastic_step_s": round(elastic_s, 4),
+        "steady_overhead_pct": round(100 * (statistics.median(ratios) - 1), 2),
+        "steady_ratio_min": round(min(ratios), 4),
+        "steady_ratio_max": round(max(ratios), 4),
+        "steady_rounds": len(ratios),
+        "wall_s": round(time.time() - t_start, 1),
+    }
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
