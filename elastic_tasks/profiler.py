@@ -23,7 +23,8 @@ import queue
 import socket
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -62,7 +63,8 @@ class ProfileSettings:
     ladder batch); on CUDA ``None`` means probe it (up to ``probe_limit``), a number means trust it.
     ``allreduce_gpus``: worker counts to time allreduce on (1 is allowed and skipped: no
     communication). ``allreduce_params``: parameter counts to time (default: an eighth, a
-    half and all of the model's trainable parameters).
+    half and all of the model's trainable parameters). ``threads``: torch intra-op threads
+    while measuring (default: leave the process's setting); part of the hardware fingerprint.
     """
 
     batch_sizes: tuple[int, ...] = (8, 16, 32, 64)
@@ -75,6 +77,7 @@ class ProfileSettings:
     allreduce_repeats: int = 5
     timeout_s: float = 120.0
     device: str = "cpu"
+    threads: int | None = None
 
     def __post_init__(self) -> None:
         owner = "ProfileSettings"
@@ -94,6 +97,8 @@ class ProfileSettings:
             isinstance(self.max_batch_per_gpu, int) and self.max_batch_per_gpu > 0
         ):
             raise ValueError(f"{owner}.max_batch_per_gpu={self.max_batch_per_gpu!r}: must be a positive integer")
+        if self.threads is not None and not (isinstance(self.threads, int) and not isinstance(self.threads, bool) and self.threads > 0):
+            raise ValueError(f"{owner}.threads={self.threads!r}: must be a positive integer")
         if not (self.timeout_s > 0 and math.isfinite(self.timeout_s)):
             raise ValueError(f"{owner}.timeout_s={self.timeout_s!r}: must be a finite number > 0")
         try:
@@ -425,6 +430,25 @@ def profile_recipe(
     ``allreduce``: a cluster-wide fit measured earlier (seed 000 measures it once per
     cluster); when given, no allreduce is timed here.
     """
+    with _intra_op_threads(settings.threads):
+        return _profile_recipe(recipe, settings, allreduce)
+
+
+@contextmanager
+def _intra_op_threads(threads: int | None) -> Iterator[None]:
+    """Run with ``threads`` torch threads, then restore the caller's setting."""
+    if threads is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _profile_recipe(recipe: TrainingRecipe, settings: ProfileSettings, allreduce: AllreduceModel | None) -> ProfileReport:
     device = torch.device(settings.device)
     stepper = _Stepper(recipe, device)
     num_params = trainable_params(stepper.model)
@@ -485,7 +509,9 @@ def cache_key(recipe: TrainingRecipe, settings: ProfileSettings, allreduce: Allr
             }
         ),
     }
-    return ProfileKey(recipe.name, hardware_fingerprint(settings.device), json.dumps(measured, sort_keys=True))
+    with _intra_op_threads(settings.threads):
+        hardware = hardware_fingerprint(settings.device)
+    return ProfileKey(recipe.name, hardware, json.dumps(measured, sort_keys=True))
 
 
 def profile_cached(

@@ -69,6 +69,7 @@ def profile_command(
     repeats: Annotated[int, typer.Option("--repeats", help="Timed iterations per batch (median taken).")] = 5,
     warmup: Annotated[int, typer.Option("--warmup", help="Untimed iterations before timing each batch.")] = 2,
     device: Annotated[str, typer.Option("--device", help="cpu or cuda[:N].")] = "cpu",
+    threads: Annotated[int | None, typer.Option("--threads", help="torch intra-op threads while measuring (default: torch's).")] = None,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds for process-group init and each collective.")] = 120.0,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the profile JSON here.")] = None,
     cache_dir: Annotated[Path | None, typer.Option("--cache-dir", help="Reuse/store profiles keyed by model and hardware.")] = None,
@@ -85,6 +86,7 @@ def profile_command(
             allreduce_params=None if allreduce_params is None else parse_int_list("--allreduce-params", allreduce_params),
             timeout_s=timeout,
             device=device,
+            threads=threads,
         )
         recipe = _load(entrypoint)
         report = profile_cached(recipe, settings, None if cache_dir is None else ProfileCache(cache_dir), refresh=refresh)

@@ -9,7 +9,7 @@ from allocator.profile_io import profile_from_dict
 from flows.cli import app
 
 runner = CliRunner(env={"COLUMNS": "200"})
-FAST = ["--batches", "4,8", "--repeats", "1", "--warmup", "0", "--gpus-for-allreduce", "1"]
+FAST = ["--batches", "4,8", "--repeats", "1", "--warmup", "0", "--gpus-for-allreduce", "1", "--threads", "1"]
 
 
 def test_profile_prints_table_and_writes_json(tmp_path):
@@ -40,6 +40,7 @@ def test_profile_cache_dir_reuses_the_profile(tmp_path):
         (["elastic_tasks.examples:mlp_tiny", "--batches", "0,8"], "batch_sizes"),
         (["elastic_tasks.examples:mlp_tiny", "--max-batch", "2", "--batches", "4,8", "--gpus-for-allreduce", "1"], "none fits max_batch_per_gpu=2"),
         (["elastic_tasks.examples:mlp_tiny", "--device", "tpu"], "device"),
+        (["elastic_tasks.examples:mlp_tiny", "--threads", "0"], "threads=0"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(args, message):

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 
 from allocator.profile_io import profile_from_dict, profile_to_dict
 from allocator.types import AllreduceModel, ThroughputProfile
@@ -12,7 +13,6 @@ from elastic_tasks.profiler import (
     ProfilerError,
     ProfileSettings,
     cache_key,
-    hardware_fingerprint,
     largest_fitting_batch,
     measure_allreduce,
     monotone_envelope,
@@ -25,15 +25,18 @@ NO_COMM = AllreduceModel(latency_s=1e-4, seconds_per_param=1e-9)  # skips the sp
 
 
 def test_iteration_time_grows_with_batch():
-    settings = ProfileSettings(batch_sizes=(2, 64), warmup=1, repeats=5)
+    # One thread: with two on a loaded 2-core box a tiny step can stall on the preempted thread.
+    threads_before = torch.get_num_threads()
+    settings = ProfileSettings(batch_sizes=(2, 128), warmup=2, repeats=7, threads=1)
     report = profile_recipe(vgg_small(), settings, allreduce=NO_COMM)
     small, large = report.raw_iter_times_s
-    assert large > 2 * small, report.raw_iter_times_s  # 32x the samples; measured ~10x
+    assert large > 2 * small, report.raw_iter_times_s  # 64x the samples; measured ~20x idle
     prof = report.profile
-    assert prof.batch_sizes == (2, 64) and prof.max_batch_per_gpu == 64
+    assert prof.batch_sizes == (2, 128) and prof.max_batch_per_gpu == 128
     assert prof.num_params == sum(p.numel() for p in vgg_small().build_model().parameters())
-    assert prof.workload == "vgg_small" and prof.hardware == hardware_fingerprint("cpu")
+    assert prof.workload == "vgg_small" and "threads=1|" in prof.hardware
     assert prof.allreduce == NO_COMM
+    assert torch.get_num_threads() == threads_before  # the caller's setting is restored
 
 
 def test_cpu_cap_is_a_setting_and_trims_the_ladder():
@@ -77,6 +80,7 @@ def test_largest_fitting_batch_nothing_fits():
         ({"allreduce_gpus": (0,)}, "allreduce_gpus"),
         ({"timeout_s": 0}, "timeout_s"),
         ({"device": "tpu"}, "device"),
+        ({"threads": 0}, "threads"),
     ],
 )
 def test_bad_settings_name_the_field(kwargs, field):
