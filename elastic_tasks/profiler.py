@@ -130,7 +130,11 @@ class AllreduceSample:
 
 @dataclass(frozen=True, slots=True)
 class ProfileReport:
-    """A profile plus what it was built from (raw times before the monotone envelope)."""
+    """A profile plus what it was built from (raw times before the monotone envelope).
+
+    A cache hit carries no raw measurements: ``raw_iter_times_s`` is then the stored
+    (enveloped) profile times and ``allreduce_samples`` is empty.
+    """
 
     profile: ThroughputProfile
     raw_iter_times_s: tuple[float, ...]
