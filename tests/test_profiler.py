@@ -190,3 +190,13 @@ def test_daemonic_process_refuses_to_spawn_ranks(monkeypatch):
     monkeypatch.setattr(mp.current_process(), "_config", {**mp.current_process()._config, "daemon": True})
     with pytest.raises(ProfilerError, match="daemonic"):
         measure_allreduce((10,), (2,))
+
+
+@pytest.mark.slow
+def test_failing_ranks_raise_and_leave_no_process_behind():
+    import torch.multiprocessing as mp
+
+    # 10**13 float32 values (40 TB) cannot be allocated: every rank fails inside the collective set-up.
+    with pytest.raises(ProfilerError, match="allreduce on 2 workers failed: rank .*can't allocate memory"):
+        measure_allreduce((10**13,), (2,), timeout_s=30)
+    assert mp.active_children() == []
