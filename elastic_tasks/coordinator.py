@@ -130,6 +130,7 @@ class JobCoordinator:
         self._closed = threading.Event()
         self._monitor: threading.Thread | None = None
         self._status: JobStatus | None = None
+        self._stopping: tuple[str, ...] = ()
 
     # -- public API ----------------------------------------------------------------------------
 
@@ -217,7 +218,7 @@ class JobCoordinator:
         with self._plan_lock:
             if self._events.finished is None and self.members:
                 self._publish(Plan(self._next_version(), PlanKind.STOP, (), self.global_batch))
-            self.members = ()
+            self._stopping, self.members = self.members, ()
 
     def status(self) -> JobStatus | None:
         status = self.board.status()
@@ -245,8 +246,9 @@ class JobCoordinator:
     def collect(self) -> JobResult:
         results: list[RankResult] = []
         for uid, fut in self.futures.items():
-            if fut.status == "finished":
-                results.append(fut.result())
+            if fut.status == "finished" or (uid in (*self.members, *self._stopping) and fut.status == "pending"):
+                # Rank 0 announces the end just before its task returns: wait for the members.
+                results.append(fut.result(timeout=self._startup_timeout()))
             elif fut.status != "error":
                 fut.cancel()  # joiners of a plan the job never reached
         self.close()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from flows import cmd_compare, cmd_hpo, cmd_idle_nodes, cmd_plan, cmd_profile, cmd_simulate, cmd_ui
+from flows import cmd_compare, cmd_hpo, cmd_idle_nodes, cmd_plan, cmd_profile, cmd_simulate, cmd_train, cmd_ui
 
 app = typer.Typer(
     name="malleable",
@@ -28,6 +28,7 @@ def _root() -> None:
 app.command("plan")(cmd_plan.plan)
 app.command("profile")(cmd_profile.profile_command)
 app.command("simulate")(cmd_simulate.simulate_command)
+app.command("train")(cmd_train.train)
 app.command("idle-nodes")(cmd_idle_nodes.idle_nodes_command)
 app.command("ui")(cmd_ui.ui)
 app.command("compare")(cmd_compare.compare)

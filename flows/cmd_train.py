@@ -1,0 +1,117 @@
+"""``malleable train``: one elastic job on a local Dask cluster, with forced rescales for demos."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from elastic_tasks.coordinator import JobFailed, JobResult
+from elastic_tasks.protocol import TrainConfig
+from elastic_tasks.recipe import EntryPointError, load_entry_point
+from flows.console import EXIT_FAILED, console, fail
+
+
+def parse_rescales(items: list[str], steps: int) -> list[tuple[int, int]]:
+    """``STEP:GPUS`` items -> [(step, gpus)], steps strictly increasing inside (0, steps)."""
+    out: list[tuple[int, int]] = []
+    for item in items:
+        step_s, sep, gpus_s = item.partition(":")
+        try:
+            step, gpus = int(step_s), int(gpus_s)
+        except ValueError:
+            raise ValueError(f"--rescale-at={item!r}: expected STEP:GPUS with two integers") from None
+        if not sep or gpus < 1 or not (0 < step < steps):
+            raise ValueError(f"--rescale-at={item!r}: need 0 < STEP < --steps={steps} and GPUS >= 1")
+        if out and step <= out[-1][0]:
+            raise ValueError(f"--rescale-at={item!r}: steps must increase (previous {out[-1][0]})")
+        out.append((step, gpus))
+    return out
+
+
+def train(
+    entrypoint: Annotated[str, typer.Argument(help="package.module:function returning a TrainingRecipe")],
+    gpus: Annotated[int, typer.Option("--gpus", help="ranks (Dask workers with GPU=1) to start with")] = 2,
+    steps: Annotated[int, typer.Option("--steps", help="training steps")] = 100,
+    rescale_at: Annotated[list[str] | None, typer.Option("--rescale-at", help="STEP:GPUS, repeatable: rescale in place at that step")] = None,
+    batch: Annotated[int | None, typer.Option("--batch", help="global batch (default: the recipe's base batch)")] = None,
+    max_batch_per_gpu: Annotated[int | None, typer.Option("--max-batch-per-gpu", help="memory cap: larger shares use gradient accumulation")] = None,
+    checkpoint_dir: Annotated[Path | None, typer.Option("--checkpoint-dir", help="atomic checkpoints go here")] = None,
+    checkpoint_every: Annotated[int, typer.Option("--checkpoint-every", help="checkpoint every N steps (0: only at the end)")] = 0,
+    restart: Annotated[bool, typer.Option("--restart", help="rescale through checkpoint-restart instead of in place")] = False,
+    workers: Annotated[int | None, typer.Option("--workers", help="Dask workers (default: the most GPUs ever asked for)")] = None,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    timeout_s: Annotated[float, typer.Option("--timeout", help="seconds for any rendezvous or collective")] = 60.0,
+) -> None:
+    """Train one job elastically on a local Dask cluster and print a summary."""
+    try:
+        recipe = load_entry_point(entrypoint)
+        schedule = parse_rescales(rescale_at or [], steps)
+        global_batch = recipe.base_batch if batch is None else batch
+        most = max([gpus, *(g for _, g in schedule)])
+        n_workers = most if workers is None else workers
+        if gpus < 1:
+            raise ValueError(f"--gpus={gpus!r}: must be >= 1")
+        if n_workers < most:
+            raise ValueError(f"--workers={n_workers!r}: fewer than the {most} GPUs the schedule asks for")
+        if global_batch < most:
+            raise ValueError(f"--batch={global_batch!r}: must be >= the largest GPU count {most} so every rank gets a sample")
+        if restart and checkpoint_dir is None:
+            raise ValueError("--restart: needs --checkpoint-dir")
+        config = TrainConfig(
+            global_batch=global_batch,
+            max_steps=steps,
+            seed=seed,
+            max_batch_per_gpu=max_batch_per_gpu,
+            checkpoint_dir=None if checkpoint_dir is None else str(checkpoint_dir),
+            checkpoint_every=checkpoint_every,
+            timeout_s=timeout_s,
+        )
+    except (EntryPointError, ValueError) as exc:
+        fail(str(exc))
+    try:
+        result = _run(entrypoint, config, gpus, schedule, n_workers, restart, recipe.name)
+    except (JobFailed, TimeoutError) as exc:
+        fail(str(exc), EXIT_FAILED)
+    _summary(result, recipe.name)
+
+
+def _run(entrypoint: str, config: TrainConfig, gpus: int, schedule: list[tuple[int, int]], n_workers: int, restart: bool, name: str) -> JobResult:
+    # Imported here: building a cluster pulls in distributed's machinery, not needed for --help.
+    from distributed import Client
+
+    from elastic_tasks.cluster import WorkerPool, local_gpu_cluster, warm_up
+    from elastic_tasks.coordinator import JobCoordinator
+
+    with console.status(f"starting {n_workers} Dask worker(s)"):
+        cluster = local_gpu_cluster(n_workers)
+    with cluster, Client(cluster) as client:
+        warm_up(client, entrypoint)
+        job = JobCoordinator(client, WorkerPool(client), name, entrypoint, config)
+        with console.status(f"training {name} on {gpus} rank(s)"):
+            job.start(gpus)
+            for step, target in schedule:
+                (job.restart_rescale if restart else job.rescale)(target, at_step=step)
+            return job.wait()
+
+
+def _summary(result: JobResult, name: str) -> None:
+    table = Table(title=f"{name}: generations")
+    for col in ("version", "kind", "at step", "GPUs", "global batch", "pause (s)", "new ranks ready (s)"):
+        table.add_column(col, justify="right")
+    for r in result.rescales:
+        kind = "restart" if r.restart else r.kind.value
+        table.add_row(str(r.version), kind, str(r.step), f"{r.before} -> {r.after}", str(r.global_batch), f"{r.pause_s:.3f}", f"{r.prepare_s:.2f}")
+    for rec in result.recoveries:
+        table.add_row(str(rec.version), "recover", str(rec.resumed_step), f"lost {len(rec.lost)}", "-", f"{rec.pause_s:.3f}", "-")
+    console.print(table)
+    first = result.history[0].loss if result.history else float("nan")
+    console.print(f"steps {result.steps}, samples {result.samples_seen:,}, loss {first:.4f} -> {result.final_loss or float('nan'):.4f}")
+    if result.eval_accuracy is not None:
+        console.print(f"eval loss {result.eval_loss:.4f}, eval accuracy {result.eval_accuracy:.1%}")
+    for step, uid in result.stragglers:
+        console.print(f"straggler flagged: {uid} at step {step}")
+    if not result.finished:
+        raise typer.Exit(EXIT_FAILED)
