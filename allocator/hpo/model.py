@@ -91,6 +91,7 @@ def step_time(trial: TrialModel, gpus: int, allreduce: AllreduceModel) -> float:
     return accum * float(t_proc(profile, micro)) + float(t_comm(allreduce, profile.num_params, gpus))
 
 
+@lru_cache(maxsize=65536)
 def layout(stage: Stage, gpus: int, trial: TrialModel, cloud: CloudModel, *, scattered: bool = False) -> StageLayout:
     per_instance = cloud.instance.gpus
     if gpus >= stage.trials:
@@ -100,6 +101,37 @@ def layout(stage: Stage, gpus: int, trial: TrialModel, cloud: CloudModel, *, sca
     instances = -(-gpus // per_instance)
     spans = stage_spans(parallel, g, instances, per_instance, scattered)
     return StageLayout(gpus, g, parallel, -(-stage.trials // parallel), instances, sum(1 for s in spans if s > 1))
+
+
+class ModelTables:
+    """Per-spec memo of stage layouts and step times, keyed by plain integers.
+
+    The planners score thousands of plans of one spec; hashing the frozen spec objects on
+    every lookup would cost more than the model itself.
+    """
+
+    __slots__ = ("spec", "scattered", "_layouts", "_steps", "_inter", "_intra")
+
+    def __init__(self, spec: HpoSpec, scattered: bool = False) -> None:
+        self.spec, self.scattered = spec, scattered
+        self._layouts: dict[tuple[int, int], StageLayout] = {}
+        self._steps: dict[tuple[int, bool], float] = {}
+        self._intra = spec.trial.profile.allreduce
+        self._inter = spec.cloud.instance.inter_node_allreduce or self._intra
+
+    def layout(self, index: int, gpus: int) -> StageLayout:
+        key = (index, gpus)
+        hit = self._layouts.get(key)
+        if hit is None:
+            hit = self._layouts[key] = layout(self.spec.stages[index], gpus, self.spec.trial, self.spec.cloud, scattered=self.scattered)
+        return hit
+
+    def step(self, gpus: int, split: bool) -> float:
+        key = (gpus, split)
+        hit = self._steps.get(key)
+        if hit is None:
+            hit = self._steps[key] = step_time(self.spec.trial, gpus, self._inter if split else self._intra)
+        return hit
 
 
 def check_plan(spec: HpoSpec, plan: Sequence[int]) -> tuple[int, ...]:
@@ -119,6 +151,7 @@ def predict(
     samples: int = 0,
     rng: np.random.Generator | None = None,
     scattered: bool = False,
+    tables: ModelTables | None = None,
 ) -> Prediction:
     """JCT and cost of running ``spec`` with ``plan[i]`` GPUs in stage i.
 
@@ -126,14 +159,15 @@ def predict(
     ``scattered``: place trial workers without locality (the ablation baseline).
     """
     plan = check_plan(spec, plan)
+    tables = tables if tables is not None and tables.spec is spec and tables.scattered == scattered else ModelTables(spec, scattered)
     if samples < 0:
         raise ValueError(f"samples={samples}: must be >= 0")
     if samples > 0 and rng is None:
         raise ValueError("rng: Monte-Carlo mode (samples > 0) needs an explicit numpy Generator")
-    layouts = tuple(layout(s, a, spec.trial, spec.cloud, scattered=scattered) for s, a in zip(spec.stages, plan))
+    layouts = tuple(tables.layout(i, a) for i, a in enumerate(plan))
     if samples == 0:
-        return _run(spec, plan, layouts, None)
-    runs = [_run(spec, plan, layouts, rng) for _ in range(samples)]
+        return _run(spec, plan, layouts, tables, None)
+    runs = [_run(spec, plan, layouts, tables, rng) for _ in range(samples)]
     jcts = np.array([r.jct_s for r in runs])
     costs = np.array([r.cost for r in runs])
     return Prediction(
@@ -149,10 +183,10 @@ def predict(
     )
 
 
-def _run(spec: HpoSpec, plan: tuple[int, ...], layouts: tuple[StageLayout, ...], rng: np.random.Generator | None) -> Prediction:
+def _run(
+    spec: HpoSpec, plan: tuple[int, ...], layouts: tuple[StageLayout, ...], tables: ModelTables, rng: np.random.Generator | None
+) -> Prediction:
     cloud, trial = spec.cloud, spec.trial
-    intra = trial.profile.allreduce
-    inter = cloud.instance.inter_node_allreduce or intra
     gpu_price_s = cloud.instance.price_per_s / cloud.instance.gpus
     t = 0.0
     up: list[float] = []  # billing start of each instance that is up, oldest first
@@ -161,44 +195,62 @@ def _run(spec: HpoSpec, plan: tuple[int, ...], layouts: tuple[StageLayout, ...],
     for stage, lay in zip(spec.stages, layouts):
         if lay.instances > len(up):
             new = lay.instances - len(up)
-            prov = np.asarray(cloud.provision.sample(rng, new), dtype=float)
-            init = np.asarray(cloud.init.sample(rng, new), dtype=float)
-            up.extend((t + prov).tolist())
             data += new * cloud.data_gb * cloud.data_price_per_gb
-            t += float(np.max(prov + init))
+            if rng is None:
+                up.extend([t + cloud.provision.mean_s] * new)
+                t += cloud.provision.mean_s + cloud.init.mean_s
+            else:
+                prov = np.asarray(cloud.provision.sample(rng, new), dtype=float)
+                init = np.asarray(cloud.init.sample(rng, new), dtype=float)
+                up.extend((t + prov).tolist())
+                t += float(np.max(prov + init))
         elif lay.instances < len(up):
-            for start in up[lay.instances :]:
-                compute += cloud.charge(t - start) * cloud.instance.price_per_s if cloud.billing is Billing.PER_INSTANCE else 0.0
+            if cloud.billing is Billing.PER_INSTANCE:
+                compute += _charge_all(cloud, t, up[lay.instances :])
             del up[lay.instances :]
         start = t
-        fast = step_time(trial, lay.gpus_per_trial, intra)
-        slow = step_time(trial, lay.gpus_per_trial, inter) if lay.split_trials else fast
-        # Slots 0..split-1 are the split trials: which ones does not matter, they are alike.
-        slot_step = [slow] * lay.split_trials + [fast] * (lay.parallel - lay.split_trials)
-        runs = _stage_runs(stage, lay, trial, slot_step, rng)
-        stage_time = max(end for end, _ in runs)
-        if cloud.billing is Billing.PER_FUNCTION:
-            compute += sum(cloud.charge(d) for _, d in runs) * lay.gpus_per_trial * gpu_price_s
+        fast = tables.step(lay.gpus_per_trial, False)
+        slow = tables.step(lay.gpus_per_trial, True) if lay.split_trials else fast
+        if rng is None:
+            # Deterministic: equal trials, so the slowest slot (split trials run their waves
+            # too; queued trials only happen at 1 GPU each, never split) sets the stage time.
+            stage_time = 0.0
+            for step, slots in ((slow, lay.split_trials), (fast, lay.parallel - lay.split_trials)):
+                if slots:
+                    dur = trial.startup.mean_s + stage.iters * step
+                    stage_time = max(stage_time, lay.waves * dur)
+                    if cloud.billing is Billing.PER_FUNCTION:
+                        runs_here = min(stage.trials, slots * lay.waves)
+                        compute += cloud.charge(dur) * runs_here * lay.gpus_per_trial * gpu_price_s
+        else:
+            # Slots 0..split-1 hold the split trials: which ones does not matter, they are alike.
+            slot_step = [slow] * lay.split_trials + [fast] * (lay.parallel - lay.split_trials)
+            runs = _stage_runs(stage, lay, trial, slot_step, rng)
+            stage_time = max(end for end, _ in runs)
+            if cloud.billing is Billing.PER_FUNCTION:
+                compute += sum(cloud.charge(d) for _, d in runs) * lay.gpus_per_trial * gpu_price_s
         t = start + stage_time
         stage_out.append(StagePrediction(lay, start, t, fast))
-        t += float(trial.sync.sample(rng))
+        t += trial.sync.mean_s if rng is None else float(trial.sync.sample(rng))
     if cloud.billing is Billing.PER_INSTANCE:
-        compute += sum(cloud.charge(t - s) for s in up) * cloud.instance.price_per_s
+        compute += _charge_all(cloud, t, up)
     return Prediction(plan, t, compute + data, compute, data, tuple(stage_out))
 
 
-def _stage_runs(
-    stage: Stage, lay: StageLayout, trial: TrialModel, slot_step: list[float], rng: np.random.Generator | None
-) -> list[tuple[float, float]]:
-    """(end time from stage start, duration) of every trial run in a stage."""
-    if rng is None:
-        # Deterministic: equal trials; queued trials only happen with 1 GPU each (never split).
-        runs = []
-        for slot, step in enumerate(slot_step):
-            dur = trial.startup.mean_s + stage.iters * step
-            n_runs = len(range(slot, stage.trials, lay.parallel))
-            runs.extend((dur * (k + 1), dur) for k in range(n_runs))
-        return runs
+def _charge_all(cloud: CloudModel, release: float, starts: list[float]) -> float:
+    """Dollars for instances started at ``starts`` and released together (runs of equal starts charged once)."""
+    total, k = 0.0, 0
+    while k < len(starts):
+        j = k
+        while j < len(starts) and starts[j] == starts[k]:
+            j += 1
+        total += cloud.charge(release - starts[k]) * (j - k)
+        k = j
+    return total * cloud.instance.price_per_s
+
+
+def _stage_runs(stage: Stage, lay: StageLayout, trial: TrialModel, slot_step: list[float], rng: np.random.Generator) -> list[tuple[float, float]]:
+    """(end time from stage start, duration) of every trial run in a stage, drawn from ``rng``."""
     startup = np.asarray(trial.startup.sample(rng, stage.trials), dtype=float)
     noise = np.maximum(rng.normal(1.0, trial.iter_cv, stage.trials), _MIN_NOISE_FACTOR) if trial.iter_cv > 0 else np.ones(stage.trials)
     if lay.parallel >= stage.trials:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from allocator.hpo.model import Prediction, predict, static_plan
+from allocator.hpo.model import ModelTables, Prediction, predict, static_plan
 from allocator.hpo.spec import HpoSpec
 
 
@@ -47,18 +47,19 @@ class PlanResult:
 class Scorer:
     """Scores plans with one model mode; memoises, and counts the model runs."""
 
-    __slots__ = ("spec", "samples", "seed", "_cache")
+    __slots__ = ("spec", "samples", "seed", "_cache", "_tables")
 
     def __init__(self, spec: HpoSpec, samples: int = 0, seed: int = 0) -> None:
         self.spec, self.samples, self.seed = spec, samples, seed
         self._cache: dict[tuple[int, ...], Prediction] = {}
+        self._tables = ModelTables(spec)
 
     def __call__(self, plan: tuple[int, ...]) -> Prediction:
         hit = self._cache.get(plan)
         if hit is None:
             # Common random numbers: every plan sees the same stream.
             rng = np.random.default_rng(self.seed) if self.samples else None
-            hit = predict(self.spec, plan, samples=self.samples, rng=rng)
+            hit = predict(self.spec, plan, samples=self.samples, rng=rng, tables=self._tables)
             self._cache[plan] = hit
         return hit
 
@@ -70,12 +71,26 @@ class Scorer:
         return p.meets(self.spec.deadline_s)
 
 
+def _ladder(limit: int) -> list[int]:
+    """1..8, then numbers with three significant bits (10, 12, 14, 16, 20, 24, 28, 32, 40, ...):
+    fine where a step matters, geometric where it does not, so large jobs plan in well under
+    a second."""
+    out, step, n = [], 1, 1
+    while n <= limit:
+        out.append(n)
+        if n >= 8 * step:
+            step *= 2
+        n += step
+    return out
+
+
 def allowed_sizes(trials: int, max_gpus: int, max_per_trial: int, gpus_per_instance: int = 1) -> tuple[int, ...]:
     """Stage sizes the planners consider: the paper's factors and multiples of the trial count
-    (they divide fairly), plus whole instances (what per-instance billing charges for anyway)."""
+    (they divide fairly; multiples on the ladder of GPUs per trial), plus whole instances on
+    the ladder of instance counts (what per-instance billing charges for anyway)."""
     factors = [d for d in range(1, trials + 1) if trials % d == 0 and d <= max_gpus]
-    multiples = [trials * g for g in range(2, max_per_trial + 1) if trials * g <= max_gpus]
-    whole = range(gpus_per_instance, max_gpus + 1, gpus_per_instance) if gpus_per_instance > 1 else ()
+    multiples = [trials * g for g in _ladder(max_per_trial) if g > 1 and trials * g <= max_gpus]
+    whole = [n * gpus_per_instance for n in _ladder(max_gpus // gpus_per_instance)] if gpus_per_instance > 1 else []
     return tuple(sorted(set(factors) | set(multiples) | set(whole)))
 
 
@@ -117,10 +132,17 @@ def descend(spec: HpoSpec, start: tuple[int, ...], scorer: Scorer, min_saving: f
     while True:
         choice: tuple[float, Prediction] | None = None
         for i, a in enumerate(best.plan):
-            lower = _step(sizes[i], a, down=True)
-            if lower is None:
+            # The smallest step down that changes the cost: with whole-instance billing, one
+            # GPU less often costs the same (same instances), and the paper's single step
+            # would stop there.
+            cand = None
+            for lower in reversed([s for s in sizes[i] if s < a]):
+                probe = scorer(best.plan[:i] + (lower,) + best.plan[i + 1 :])
+                if not scorer.ok(probe) or best.cost - probe.cost > min_saving:
+                    cand = probe
+                    break
+            if cand is None:
                 continue
-            cand = scorer(best.plan[:i] + (lower,) + best.plan[i + 1 :])
             saving = best.cost - cand.cost
             if not scorer.ok(cand) or saving <= min_saving:
                 continue
