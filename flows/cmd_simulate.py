@@ -21,6 +21,7 @@ from allocator.simulator.experiments import EXPERIMENTS, SEED000_INTERVAL_S, Out
 from allocator.types import JobSpec
 from allocator.workloads.seed000 import load_category_profiles
 from allocator.workloads.trace import TraceError, read_trace
+from flows.cmd_idle_nodes import idle_nodes_command
 from flows.console import console, fail
 from flows.jobfile import load_jobs_file
 from flows.plots import plot_completed, plot_gpus_per_job
@@ -178,7 +179,14 @@ def simulate_command(
     profiles: Annotated[Path, typer.Option("--profiles", help="Directory with seed000_cat*.json profiles.")] = DEFAULT_PROFILES,
     out: Annotated[Path, typer.Option("--out", "-o", help="Directory for CSVs, plots and summaries.")] = Path("out/simulate"),
 ) -> None:
-    """Simulate a cluster with the same autoscaling loop a real run uses."""
+    """Simulate a cluster with the same autoscaling loop a real run uses.
+
+    Idle-node policies (``idle_nodes_*``, seed 003) replay a trace of nodes that come and go
+    instead: ``simulate [TRACE.csv] -p idle_nodes_milp`` runs ``malleable idle-nodes`` on it.
+    """
+    if policy and all(name.startswith("idle_nodes") for name in policy) and experiment is None:
+        idle_nodes_command(trace=workload, policy=policy, as_json=False)
+        return
     if (workload is None) == (experiment is None):
         fail("give either a WORKLOAD file or --experiment NAME")
     if interval <= 0:
