@@ -129,3 +129,16 @@ def test_monte_carlo_needs_an_explicit_generator() -> None:
 def test_bad_plans_are_refused(plan: tuple, field: str) -> None:
     with pytest.raises(ValueError, match=field):
         predict(two_stage_spec(), plan)
+
+
+def test_measured_cost_bills_a_real_timeline_like_the_model() -> None:
+    from allocator.hpo.model import MeasuredStage, measured_cost
+
+    spec = two_stage_spec()
+    # The (4, 2) timeline without provisioning: instances up at 0, one released at 13 (60 s
+    # minimum), the other at 46 (also under the minimum: 60 s).
+    stages = [MeasuredStage(0.0, 2, 1, (12.0,) * 4), MeasuredStage(13.0, 1, 1, (32.0, 32.0))]
+    assert measured_cost(spec.cloud, stages, 46.0) == pytest.approx((60 + 60) * 0.001 + 2 * 0.5)
+    assert measured_cost(spec.cloud, stages, 75.0) == pytest.approx((60 + 80) * 0.001 + 1.0)
+    fn = two_stage_spec(Billing.PER_FUNCTION, min_charge_s=0.0).cloud
+    assert measured_cost(fn, stages, 46.0) == pytest.approx((4 * 20 + 2 * 40) * 0.0005 + 1.0)

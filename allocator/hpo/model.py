@@ -273,3 +273,40 @@ def static_plan(spec: HpoSpec, gpus: int) -> tuple[int, ...]:
 
 def feasible(prediction: Prediction, spec: HpoSpec) -> bool:
     return prediction.meets(spec.deadline_s) and math.isfinite(prediction.cost)
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredStage:
+    """What a real run measured for one stage: when it began, the instances it held, and the
+    wall time of each trial run (for per-function billing)."""
+
+    start_s: float
+    instances: int
+    gpus_per_trial: int
+    run_durations_s: tuple[float, ...]
+
+
+def measured_cost(cloud: CloudModel, stages: Sequence[MeasuredStage], end_s: float) -> float:
+    """The bill for a run that really happened, by the same rules the model predicts with.
+
+    Instances are taken to come up when their stage began (a running cluster has no
+    provisioning to measure) and to be released when a stage that needs fewer begins, or at
+    ``end_s``.
+    """
+    up: list[float] = []
+    compute = 0.0
+    provisioned = 0
+    gpu_price_s = cloud.instance.price_per_s / cloud.instance.gpus
+    for stage in stages:
+        if stage.instances > len(up):
+            provisioned += stage.instances - len(up)
+            up.extend([stage.start_s] * (stage.instances - len(up)))
+        elif stage.instances < len(up):
+            if cloud.billing is Billing.PER_INSTANCE:
+                compute += _charge_all(cloud, stage.start_s, up[stage.instances :])
+            del up[stage.instances :]
+        if cloud.billing is Billing.PER_FUNCTION:
+            compute += sum(cloud.charge(d) for d in stage.run_durations_s) * stage.gpus_per_trial * gpu_price_s
+    if cloud.billing is Billing.PER_INSTANCE:
+        compute += _charge_all(cloud, end_s, up)
+    return compute + provisioned * cloud.data_gb * cloud.data_price_per_gb
