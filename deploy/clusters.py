@@ -9,11 +9,13 @@ how tests and the quickstart run.
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from distributed import Client, LocalCluster
+from distributed import Client, SpecCluster
+from distributed.deploy.subprocess import SubprocessCluster
 
 GPU_RESOURCE = "GPU"
 K8S_GPU = "nvidia.com/gpu"
@@ -21,18 +23,37 @@ K8S_GPU = "nvidia.com/gpu"
 RUN_AS_USER = 10001
 
 
-def local_cluster(workers: int, *, memory_limit: str | None = None, dashboard: bool = False) -> LocalCluster:
-    """One single-threaded worker process per (virtual) GPU, each with ``GPU=1``."""
+def local_cluster(workers: int, *, memory_limit: str | int = 0, dashboard: bool = False) -> SpecCluster:
+    """One single-threaded worker process per (virtual) GPU, each with ``GPU=1``.
+
+    Workers run in their own ``dask spec`` subprocesses rather than ``LocalCluster``'s
+    spawned children: spawn re-imports the caller's ``__main__`` in every worker, which from
+    the CLI is prefect + mlflow + torch — about 35 s instead of 8 s for four workers on two
+    cores. The working directory goes on the workers' path so local entry points import.
+    """
     if not (isinstance(workers, int) and workers >= 1):
         raise ValueError(f"workers={workers!r}: must be a positive integer")
-    return LocalCluster(
-        n_workers=workers,
-        threads_per_worker=1,
-        processes=True,
-        resources={GPU_RESOURCE: 1},
-        memory_limit=memory_limit or 0,
-        dashboard_address=":0" if dashboard else None,
-    )
+    with _cwd_on_pythonpath():
+        return SubprocessCluster(
+            n_workers=workers,
+            threads_per_worker=1,
+            worker_kwargs={"resources": {GPU_RESOURCE: 1}, "memory_limit": memory_limit},
+            dashboard_address=":0" if dashboard else None,
+        )
+
+
+@contextmanager
+def _cwd_on_pythonpath() -> Iterator[None]:
+    before = os.environ.get("PYTHONPATH")
+    parts = [os.getcwd()] + ([before] if before else [])
+    os.environ["PYTHONPATH"] = os.pathsep.join(parts)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +127,7 @@ def connect(kind: str, *, workers: int = 4, address: str | None = None, kube: Ku
     """A Dask client for the configured cluster kind; the cluster lives as long as the block."""
     if kind == "local":
         with local_cluster(workers) as cluster, Client(cluster) as client:
+            client.wait_for_workers(workers, timeout=120)  # subprocess workers register after start
             yield client
     elif kind == "address":
         if not address:

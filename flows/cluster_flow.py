@@ -1,0 +1,169 @@
+"""The ``cluster`` flow: the allocator's loop driving real elastic jobs on Dask workers.
+
+Jobs from a jobs file arrive at their ``arrival_s``; every Δ (and on each arrival and
+completion) the policy re-allocates and the ``DaskExecutor`` starts, grows and shrinks jobs
+in place. The same loop with a jumping clock and the modelled executor is the ``simulate``
+flow, so the two runs of one jobs file compare job by job.
+
+A job's ``workload`` names what to train: a ``package.module:function`` entry point or the
+name of a built-in example (``elastic_tasks.examples``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from distributed import Client
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+
+from allocator.admission import OverflowMode
+from allocator.loop import LoopResult, LoopSettings, StepReport, run_loop
+from allocator.policies import make_policy
+from allocator.types import JobSpec
+from deploy.clusters import KubeSpec, connect
+from elastic_tasks.examples import EXAMPLES
+from elastic_tasks.executor import DaskExecutor, JobSettings, WallClock
+from elastic_tasks.recipe import load_entry_point
+from flows.flow_artifacts import ProgressArtifact, publish_results, summary_markdown
+from flows.jobfile import load_jobs_file
+from flows.record import RecordedRun, record_run
+from flows.retrain_flow import wait_for_workers
+from flows.settings import load_settings
+from flows.tracking import MetricPoint, tracker_from_settings
+
+EXAMPLES_MODULE = "elastic_tasks.examples"
+
+
+def entrypoint_for(spec: JobSpec) -> str:
+    """The training entry point a job's ``workload`` names."""
+    if ":" in spec.workload:
+        return spec.workload
+    if spec.workload in EXAMPLES:
+        return f"{EXAMPLES_MODULE}:{spec.workload}"
+    raise ValueError(
+        f"job {spec.id!r}.workload={spec.workload!r}: not a training entry point ('package.module:function') "
+        f"nor a built-in example ({', '.join(sorted(EXAMPLES))})"
+    )
+
+
+def check_trainable(jobs: Sequence[JobSpec]) -> None:
+    """Fail before any cluster starts: every job names an importable recipe."""
+    for spec in jobs:
+        load_entry_point(entrypoint_for(spec))
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterOutcome:
+    result: LoopResult
+    recorded: RecordedRun
+    wall_s: float
+
+
+@task(name="load-jobs-file")
+def load_jobs(jobs_file: str) -> tuple[tuple[JobSpec, ...], int | None, str | None]:
+    spec = load_jobs_file(Path(jobs_file))
+    return spec.jobs, spec.gpus, spec.policy
+
+
+@task(name="autoscaling-loop", cache_policy=NO_CACHE)
+def drive(
+    client: Client,
+    jobs: Sequence[JobSpec],
+    policy: str,
+    capacity: int,
+    loop_settings: LoopSettings,
+    job_settings: JobSettings,
+    observer: Callable[[StepReport], None],
+) -> tuple[LoopResult, dict]:
+    clock = WallClock()
+    executor = DaskExecutor(client, entrypoint_for, job_settings, clock=clock)
+    try:
+        result = run_loop(jobs, make_policy(policy), capacity, clock, executor, loop_settings, observer)
+    finally:
+        executor.close()
+    return result, dict(executor.results)
+
+
+def _measured(results: dict) -> tuple[dict[str, list[MetricPoint]], dict[str, dict[str, float]]]:
+    series: dict[str, list[MetricPoint]] = {}
+    finals: dict[str, dict[str, float]] = {}
+    for job_id, r in results.items():
+        series[job_id] = [
+            p
+            for rec in r.history
+            for p in (MetricPoint("loss", rec.loss, rec.step), MetricPoint("train_accuracy", rec.accuracy, rec.step), MetricPoint("lr", rec.lr, rec.step))
+        ]
+        final = {"steps": float(r.steps), "samples_seen": float(r.samples_seen)}
+        if r.eval_accuracy is not None:
+            final["accuracy"] = r.eval_accuracy
+        if r.eval_loss is not None:
+            final["eval_loss"] = r.eval_loss
+        if r.final_loss is not None:
+            final["loss"] = r.final_loss
+        pauses = [o.pause_s for o in r.rescales[1:] if o.pause_s == o.pause_s]
+        if pauses:
+            final["rescale_pause_s_mean"] = sum(pauses) / len(pauses)
+        finals[job_id] = final
+    return series, finals
+
+
+@flow(name="cluster", log_prints=True)
+def cluster_flow(
+    jobs_file: str,
+    workers: int | None = None,
+    policy: str | None = None,
+    interval_s: float | None = None,
+    overflow: str | None = None,
+    react: bool = True,
+    run_name: str | None = None,
+    collective_timeout_s: float = 60.0,
+    on_step: Callable[[StepReport], None] | None = None,
+) -> ClusterOutcome:
+    """Run the jobs of ``jobs_file`` on the configured Dask cluster under the autoscaling loop."""
+    settings = load_settings(workers=workers, policy=policy, interval_s=interval_s, overflow=overflow)
+    jobs, _, file_policy = load_jobs(jobs_file)
+    check_trainable(jobs)
+    chosen = policy or file_policy or settings.policy
+    make_policy(chosen)
+    loop_settings = LoopSettings(interval_s=settings.interval_s, overflow=OverflowMode(settings.overflow), react_to_events=react)
+    job_settings = JobSettings(timeout_s=collective_timeout_s, checkpoint_root=str(settings.resolved_checkpoint_dir.resolve() / f"cluster-{int(time.time())}"))
+    progress = ProgressArtifact(f"jobs finished of {len(jobs)}", len(jobs))
+
+    def observe(report: StepReport) -> None:
+        progress.update(report.finished_total)
+        for e in report.events:
+            print(f"t={report.time:6.1f}s {e.job_id}: {e.kind.value} {e.before.gpus if e.before else 0}->{e.after.gpus if e.after else 0} GPUs (cost {e.cost_s:.2f} s)")
+        if on_step is not None:
+            on_step(report)
+
+    kube = KubeSpec(namespace=settings.kube_namespace, image=settings.kube_image, workers=settings.workers)
+    start_ms = int(time.time() * 1000)
+    t0 = time.monotonic()
+    with connect(settings.cluster.value, workers=settings.workers, address=settings.scheduler_address, kube=kube) as client:
+        available = wait_for_workers(client, settings.workers if settings.cluster.value == "local" else 1)
+        result, results = drive(client, jobs, chosen, len(available), loop_settings, job_settings, observe)
+    wall_s = time.monotonic() - t0
+    progress.update(len(jobs))
+    series, finals = _measured(results)
+    tracker = tracker_from_settings(settings)
+    name = run_name or f"cluster-{Path(jobs_file).stem}-{chosen}"
+    recorded = record_run(
+        tracker, name, result, {j.id: j for j in jobs}, mode="real", start_ms=start_ms,
+        params={"jobs_file": str(jobs_file), "cluster": settings.cluster.value, "workers": len(available)},
+        measured_series=series, measured_final=finals,
+    )  # fmt: skip
+    publish_results(
+        "cluster",
+        result,
+        recorded.outcomes,
+        summary_markdown(
+            f"{Path(jobs_file).name} on {len(available)} {settings.cluster.value} GPU workers under {chosen}",
+            recorded.outcomes,
+            [f"MLflow parent run `{recorded.parent_run}`", f"{recorded.metrics.rescales} rescales, wall time {wall_s:.1f} s"],
+        ),
+    )
+    return ClusterOutcome(result, recorded, wall_s)
