@@ -173,3 +173,51 @@ def plan(
 
 
 app.command("plan")(plan)
+
+
+def run(
+    hpo_file: Annotated[Path, typer.Argument(help="HPO job file with an 'entrypoint' (docs/hpo.md).")],
+    workers: Annotated[int | None, typer.Option("--workers", "-w", help="(Virtual) GPU workers (default: MALLEABLE_WORKERS).")] = None,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds a stage may take before the run fails.")] = 1800.0,
+) -> None:
+    """Run the plan for real: trials as elastic jobs on Dask workers, resized per stage, losers stopped."""
+    try:
+        spec = load_hpo_file(hpo_file)
+        if spec.entrypoint is None:
+            fail(f"{hpo_file}: entrypoint: missing; running a plan needs 'package.module:function'")
+        if workers is not None and workers < 1:
+            fail(f"--workers={workers}: must be a positive integer")
+    except ValueError as exc:
+        fail(str(exc))
+    # Imported here: prefect, dask and torch are not needed to plan.
+    from flows.hpo_flow import hpo_flow
+    from flows.settings import SettingsError
+
+    try:
+        result = hpo_flow(str(hpo_file), workers=workers, timeout_s=timeout)
+    except NoFeasiblePlanError as exc:
+        fail(f"infeasible on these workers: {exc}", code=1)
+    except (SettingsError, ValueError) as exc:
+        fail(str(exc))
+    table = Table(title=f"{spec.name}: measured")
+    for col in ("stage", "trials", "GPUs", "per trial", "kept", "predicted s", "actual s"):
+        table.add_column(col, justify="right")
+    for rec in result.stages:
+        table.add_row(
+            str(rec.stage),
+            str(len(rec.trials)),
+            str(rec.layout.gpus),
+            str(rec.layout.gpus_per_trial),
+            " ".join(map(str, rec.kept)),
+            f"{rec.predicted_end_s - rec.predicted_start_s:.1f}",
+            f"{rec.end_s - rec.start_s:.1f}",
+        )
+    console.print(table)
+    p = result.prediction
+    console.print(
+        f"JCT predicted {p.jct_s:.1f} s, actual {result.actual_jct_s:.1f} s; cost predicted ${p.cost:.4f}, actual ${result.actual_cost:.4f}; "
+        f"best trial {result.best_trial}; MLflow run {result.run}"
+    )
+
+
+app.command("run")(run)
