@@ -12,7 +12,9 @@ receive ~77 MB of parameters and momentum), global batch 32:
   is measured the same way (last step before the stop -> new generation ready).
 * steady overhead: median step time of the elastic trainer at a fixed 2 ranks vs a plain
   DDP loop (same model, data, batch and workers), in paired rounds alternating which runs
-  first; the figure is the median of the per-round ratios (min and max printed too).
+  first; the figure is the median of the per-round ratios (min and max printed too). On a
+  shared machine that ratio is noisy, so the time of the trainer's own per-step work (the
+  end-of-step agreement allreduces) is also reported as a share of the step.
 
 Usage: ``python benchmarks/rescale_bench.py [--events 3] [--steady-steps 25]``.
 The last printed line is one JSON object.
@@ -85,11 +87,13 @@ def run_plain(client: Client, workers: list[str], steps: int, port: int) -> floa
     return statistics.median(times[3:])
 
 
-def run_elastic_steady(client: Client, steps: int, tag: str) -> float:
+def run_elastic_steady(client: Client, steps: int, tag: str) -> tuple[float, float]:
+    """Median step time and median time of the end-of-step agreement (the trainer's own collectives)."""
     job = JobCoordinator(client, WorkerPool(client), f"steady-{tag}", ENTRY, TrainConfig(global_batch=BATCH, max_steps=steps, timeout_s=60, evaluate=False))
     job.start(2)
     result = job.wait(600)
-    return statistics.median(h.wall_s for h in result.history[3:])
+    steady = result.history[3:]
+    return statistics.median(h.wall_s for h in steady), statistics.median(h.agree_s for h in steady)
 
 
 def main() -> None:
@@ -109,12 +113,14 @@ def main() -> None:
         workers = sorted(client.scheduler_info(n_workers=-1)["workers"])[:2]
         # Other load on the machine drifts over minutes: pair each elastic round with the plain
         # round just before it, alternate which goes first, and take the median paired ratio.
-        plain, elastic, ratios = [], [], []
+        plain, elastic, ratios, agree = [], [], [], []
         for i in range(args.rounds):
             first_plain = i % 2 == 0
             if first_plain:
                 plain.append(run_plain(client, workers, args.steady_steps, 29500 + i))
-            elastic.append(run_elastic_steady(client, args.steady_steps, str(i)))
+            step_s, agree_s = run_elastic_steady(client, args.steady_steps, str(i))
+            elastic.append(step_s)
+            agree.append(agree_s)
             if not first_plain:
                 plain.append(run_plain(client, workers, args.steady_steps, 29500 + i))
             ratios.append(elastic[-1] / plain[-1])
@@ -165,6 +171,8 @@ def main() -> None:
         "steady_ratio_min": round(min(ratios), 4),
         "steady_ratio_max": round(max(ratios), 4),
         "steady_rounds": len(ratios),
+        "agree_s": round(statistics.median(agree), 5),
+        "agree_pct_of_step": round(100 * statistics.median(agree) / elastic_s, 3),
         "wall_s": round(time.time() - t_start, 1),
     }
     print(json.dumps(figures))

@@ -143,6 +143,7 @@ class StepRecord:
     global_batch: int
     lr: float
     wall_s: float = 0.0  # this step's wall time on the recording rank, agreement included
+    agree_s: float = 0.0  # of which the end-of-step agreement (the elastic trainer's own collectives)
 
 
 @dataclass(frozen=True, slots=True)

@@ -348,6 +348,7 @@ class _Rank:
         """End-of-step agreement: global loss, per-rank throughput, newest plan seen by anyone."""
         plan = self.plan
         assert plan is not None
+        t_agree = time.perf_counter()
         stats = torch.zeros(3 + self.world, dtype=torch.float64)
         stats[0], stats[1], stats[2] = loss_sum, correct, count
         stats[3 + self.rank] = count / max(self.local_time, 1e-9)
@@ -358,8 +359,10 @@ class _Rank:
             w.wait()
         meta = self.state.meta
         batch = meta.global_batch
-        wall = time.perf_counter() - t0
-        record = StepRecord(meta.step - 1, float(stats[0]) / batch, float(stats[1]) / batch, self.world, batch, meta.lr.at(meta.step - 1), wall)
+        now = time.perf_counter()
+        record = StepRecord(
+            meta.step - 1, float(stats[0]) / batch, float(stats[1]) / batch, self.world, batch, meta.lr.at(meta.step - 1), now - t0, now - t_agree
+        )
         self.history.append(record)
         throughput = {uid: float(stats[3 + r]) for r, uid in enumerate(plan.members)}
         for uid in self.detector.update(throughput):
