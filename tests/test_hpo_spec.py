@@ -154,3 +154,22 @@ def test_cli_plan_bad_input_is_one_line(args: list[str], code: int, text: str) -
     result = runner.invoke(app, args)
     assert result.exit_code == code
     assert text in result.output and "Traceback" not in result.output
+
+
+def test_cli_run_needs_an_entrypoint() -> None:
+    result = runner.invoke(app, ["hpo", "run", str(EXAMPLE)])
+    assert result.exit_code == 2
+    assert "entrypoint: missing" in result.output and "Traceback" not in result.output
+
+
+def test_trial_entrypoint_round_trips_through_the_attribute_name() -> None:
+    from elastic_tasks.hpo_trial import TrialRecipeSpec, decode, trial_entrypoint
+    from elastic_tasks.recipe import load_entry_point
+
+    spec = TrialRecipeSpec("elastic_tasks.examples:mlp_tiny", 64, lr=0.125)
+    entry = trial_entrypoint(spec)
+    assert decode(entry.partition(":")[2]) == spec
+    recipe = load_entry_point(entry)
+    assert recipe.base_lr == 0.125 and recipe.base_batch == 64
+    with pytest.raises(ValueError, match="TrialRecipeSpec.lr"):
+        TrialRecipeSpec("a.b:c", 64, lr=-1.0)
