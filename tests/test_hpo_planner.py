@@ -56,9 +56,10 @@ def random_spec(rng: np.random.Generator) -> HpoSpec:
 
 
 def test_allowed_sizes_are_factors_multiples_and_whole_instances() -> None:
-    assert allowed_sizes(6, 24, 3) == (1, 2, 3, 6, 12, 18)
     assert allowed_sizes(6, 24, 3, gpus_per_instance=4) == (1, 2, 3, 4, 6, 8, 12, 16, 18, 20, 24)
     assert allowed_sizes(1, 8, 8) == (1, 2, 3, 4, 5, 6, 7, 8)
+    # Beyond 8 instances the counts thin out to a ladder; factors and multiples stay.
+    assert allowed_sizes(6, 64, 8, gpus_per_instance=1) == (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 18, 20, 24, 28, 30, 32, 36, 40, 42, 48, 56, 64)
 
 
 def test_greedy_matches_exhaustive_on_small_jobs() -> None:

@@ -90,7 +90,7 @@ def allowed_sizes(trials: int, max_gpus: int, max_per_trial: int, gpus_per_insta
     the ladder of instance counts (what per-instance billing charges for anyway)."""
     factors = [d for d in range(1, trials + 1) if trials % d == 0 and d <= max_gpus]
     multiples = [trials * g for g in _ladder(max_per_trial) if g > 1 and trials * g <= max_gpus]
-    whole = [n * gpus_per_instance for n in _ladder(max_gpus // gpus_per_instance)] if gpus_per_instance > 1 else []
+    whole = [n * gpus_per_instance for n in _ladder(max_gpus // gpus_per_instance)]
     return tuple(sorted(set(factors) | set(multiples) | set(whole)))
 
 
