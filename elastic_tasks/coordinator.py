@@ -85,6 +85,13 @@ class JobResult:
         return self.history[-1].loss if self.history else None
 
 
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    plan: Plan
+    before: tuple[str, ...]
+    prepare_s: float
+
+
 @dataclass
 class _Events:
     """What the monitor has heard (guarded by the coordinator's condition)."""
@@ -109,6 +116,7 @@ class JobCoordinator:
         *,
         delays: dict[int, float] | None = None,
         on_straggler: Callable[[str, int], None] | None = None,
+        remove_stragglers: bool = False,
     ) -> None:
         # Fail here, in the caller's process, before any rank task exists.
         load_entry_point(entrypoint)
@@ -116,12 +124,14 @@ class JobCoordinator:
         self.board = JobBoard(job_id, client)
         self.delays = dict(delays or {})  # launch order -> injected seconds per step
         self.on_straggler = on_straggler
+        self.remove_stragglers = remove_stragglers
         self.members: tuple[str, ...] = ()
         self.worker_of: dict[str, str] = {}
         self.futures: dict[str, Future] = {}
         self.version = -1
         self.global_batch = config.global_batch
         self.rescales: list[RescaleOutcome] = []
+        self.removed_stragglers: list[tuple[int, str]] = []
         self.recoveries: list[RecoveryRecord] = []
         self._counter = itertools.count()
         self._events = _Events()
@@ -155,7 +165,10 @@ class JobCoordinator:
         return outcome
 
     def rescale(self, gpus: int, global_batch: int | None = None, at_step: int | None = None) -> RescaleOutcome | None:
-        """Grow or shrink in place; blocks until the new generation trains. None if the job ended first."""
+        """Grow or shrink in place; blocks until the new generation trains. None if the job ended first.
+
+        A shrink keeps the longest-running ranks (rank 0 first), so rank 0 stays where it is.
+        """
         batch = self.global_batch if global_batch is None else global_batch
         _check_batch(batch, gpus)
         with self._plan_lock:
@@ -163,23 +176,44 @@ class JobCoordinator:
             if gpus == len(before) and batch == self.global_batch:
                 return None
             keep = before[:gpus]
-            added_workers = self.pool.take(self.job_id, gpus - len(keep)) if gpus > len(keep) else []
-            version = self._next_version()
-            t0 = time.time()
-            new = [self._launch(addr, version) for addr in added_workers]
-            if new and not self._wait_ready(new, self._startup_timeout()):
-                raise JobFailed(f"job {self.job_id}: new ranks {new} did not become ready")
-            prepare = time.time() - t0
-            members = tuple(keep) + tuple(new)
-            self._publish(Plan(version, PlanKind.RESCALE, members, batch, at_step=at_step, source=members[0] if new else None))
-        event = self._wait_applied(version, self._startup_timeout() + self._eta_s(at_step))
+            added = self.pool.take(self.job_id, gpus - len(keep)) if gpus > len(keep) else []
+            pending = self._publish_regroup(before, keep, added, batch, at_step)
+        return self._await_regroup(pending)
+
+    def replace(self, uid: str, at_step: int | None = None) -> RescaleOutcome | None:
+        """Take rank ``uid`` out (a straggler); a free worker, if any, replaces it in the same switch."""
+        with self._plan_lock:
+            before = self.members
+            free = self.pool.free()
+            if uid not in before or (len(before) == 1 and not free):
+                return None
+            keep = tuple(u for u in before if u != uid)
+            added = self.pool.take(self.job_id, 1) if free else []
+            pending = self._publish_regroup(before, keep, added, max(self.global_batch, len(keep) + len(added)), at_step)
+        return self._await_regroup(pending)
+
+    def _publish_regroup(self, before: tuple[str, ...], keep: tuple[str, ...], added: list[str], batch: int, at_step: int | None) -> _Pending:
+        """Launch ranks on ``added`` workers, let them get ready while the job trains, publish the plan."""
+        version = self._next_version()
+        t0 = time.time()
+        new = [self._launch(addr, version) for addr in added]
+        if new and not self._wait_ready(new, self._startup_timeout()):
+            raise JobFailed(f"job {self.job_id}: new ranks {new} did not become ready")
+        members = tuple(keep) + tuple(new)
+        plan = Plan(version, PlanKind.RESCALE, members, batch, at_step=at_step, source=members[0] if new else None)
+        self._publish(plan)
+        return _Pending(plan, before, time.time() - t0)
+
+    def _await_regroup(self, pending: _Pending) -> RescaleOutcome | None:
+        # Outside the plan lock: a failure meanwhile must be able to start recovery.
+        plan = pending.plan
+        event = self._wait_applied(plan.version, self._startup_timeout() + self._eta_s(plan.at_step))
         if event is None:
             return None
         with self._plan_lock:
-            self.members, self.global_batch = members, batch
-            left = [u for u in before if u not in members]
-            self.pool.give_back(self.worker_of[u] for u in left)
-        outcome = RescaleOutcome(version, PlanKind.RESCALE, len(before), gpus, batch, event.step, event.pause_s, prepare)
+            self.members, self.global_batch = plan.members, plan.global_batch
+            self.pool.give_back(self.worker_of[u] for u in pending.before if u not in plan.members)
+        outcome = RescaleOutcome(plan.version, PlanKind.RESCALE, len(pending.before), len(plan.members), plan.global_batch, event.step, event.pause_s, pending.prepare_s)
         self.rescales.append(outcome)
         return outcome
 
@@ -353,6 +387,7 @@ class JobCoordinator:
                 raise JobFailed(f"job {self.job_id}: rank {uid} failed: {type(exc).__name__}: {exc}")
 
     def _monitor_loop(self) -> None:
+        next_check = 0.0
         while not self._closed.is_set():
             try:
                 events = self.board.drain(timeout=0.1)
@@ -368,6 +403,22 @@ class JobCoordinator:
                 if version not in done and version >= newest_applied:
                     self._recover(version)
                     break
+            else:
+                # Every rank of a generation can die at once: then nobody reports a failed
+                # collective, and the scheduler's view of the workers is the only witness.
+                if time.monotonic() >= next_check:
+                    next_check = time.monotonic() + 0.5
+                    self._check_all_dead(newest_applied)
+
+    def _check_all_dead(self, version: int) -> None:
+        members = self.members
+        if version < 0 or self._events.finished is not None or not members or version in self._recovered_from():
+            return
+        if version != self.version or not all(self._dead(u) for u in members):
+            return
+        with self._cond:
+            self._events.failed.setdefault(version, {})
+        self._recover(version)
 
     def _recovered_from(self) -> set[int]:
         return {r.failed_version for r in self.recoveries}
@@ -390,8 +441,21 @@ class JobCoordinator:
             elif event.kind == EventKind.ERROR:
                 e.errors.append(event)
             self._cond.notify_all()
-        if event.kind == EventKind.STRAGGLER and self.on_straggler is not None:
-            self.on_straggler(event.uid, event.step)
+        if event.kind == EventKind.STRAGGLER:
+            if self.on_straggler is not None:
+                self.on_straggler(event.uid, event.step)
+            if self.remove_stragglers and event.uid in self.members:
+                # Not on the monitor thread: the switch waits for events the monitor delivers.
+                threading.Thread(target=self._remove_quietly, args=(event.uid,), daemon=True).start()
+
+    def _remove_quietly(self, uid: str) -> None:
+        try:
+            outcome = self.replace(uid)
+        except Exception as exc:  # noqa: BLE001 - removal is an optimisation; training goes on
+            log.warning("job %s: could not remove straggler %s: %s", self.job_id, uid, exc)
+            return
+        if outcome is not None:
+            self.removed_stragglers.append((outcome.step, uid))
 
     def _dead(self, uid: str) -> bool:
         fut = self.futures.get(uid)
@@ -428,7 +492,11 @@ class JobCoordinator:
                 new_plan = Plan(version, PlanKind.RECOVER, survivors, batch, source=source)
                 resumed = reported[source]
             elif has_checkpoint(self.config.checkpoint_dir):
-                workers = self.pool.take(self.job_id, min(len(members), len(self.pool.free())) or 1)
+                # Nannies restart killed workers (under new addresses): wait for some to return.
+                wait_until = time.monotonic() + self._startup_timeout()
+                while not self.pool.free() and time.monotonic() < wait_until:
+                    time.sleep(0.5)
+                workers = self.pool.take(self.job_id, max(1, min(len(members), len(self.pool.free()))))
                 survivors = tuple(self._launch(addr, version) for addr in workers)
                 new_plan = Plan(version, PlanKind.RECOVER, survivors, max(self.global_batch, len(survivors)), source=FROM_CHECKPOINT)
                 resumed = -1

@@ -8,8 +8,9 @@ join the new one, and — if someone new joined — everyone copies the state of
 over the collective backend (no disk). Ranks not in the new plan leave cleanly.
 
 Coordination is asynchronous (seed 002): a background thread watches the board for new
-plans while training runs; at the end of every step the ranks agree, in one tiny MAX
-allreduce, on the newest plan any of them has seen, and all switch at the same step
+plans while training runs; at the end of every step the ranks agree, in one tiny
+allreduce (the one that also sums the step's loss), on the newest plan any of them has
+seen, and all switch at the same step
 boundary. A collective that fails (a peer died) sends the rank into recovery: it reports
 its step and waits for the coordinator's recovery plan, losing at most the step in flight.
 """
@@ -349,14 +350,15 @@ class _Rank:
         plan = self.plan
         assert plan is not None
         t_agree = time.perf_counter()
-        stats = torch.zeros(3 + self.world, dtype=torch.float64)
+        # One SUM allreduce carries everything: [loss, correct, count, throughput per rank,
+        # newest plan version seen per rank]; each rank fills only its own slots, so the sum
+        # is every rank's value side by side (versions are small integers: exact in float64).
+        w = self.world
+        stats = torch.zeros(3 + 2 * w, dtype=torch.float64)
         stats[0], stats[1], stats[2] = loss_sum, correct, count
         stats[3 + self.rank] = count / max(self.local_time, 1e-9)
-        seen = self.courier.seen_version
-        control = torch.tensor([seen, -seen], dtype=torch.int64)
-        works = [dist.all_reduce(stats, async_op=True), dist.all_reduce(control, op=dist.ReduceOp.MAX, async_op=True)]
-        for w in works:
-            w.wait()
+        stats[3 + w + self.rank] = self.courier.seen_version
+        dist.all_reduce(stats)
         meta = self.state.meta
         batch = meta.global_batch
         now = time.perf_counter()
@@ -371,7 +373,7 @@ class _Rank:
                 self.board.post(RankEvent(EventKind.STRAGGLER, uid, plan.version, record.step))
         if self.rank == 0:
             self.courier.status = JobStatus(plan.version, meta.step, meta.samples_seen, self.world, batch, record.loss, time.time())
-        newest = int(control[0])
+        newest = int(stats[3 + w : 3 + 2 * w].max())
         if newest > plan.version and (self.pending is None or newest > self.pending.version):
             candidate = self.board.plan(newest, timeout=self.config.timeout_s)
             if candidate.kind != PlanKind.RECOVER:  # recovery plans are for ranks in recovery

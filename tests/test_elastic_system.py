@@ -178,3 +178,41 @@ def test_dask_executor_runs_the_allocator_loop_on_real_jobs(client):
     assert {RescaleKind.START, RescaleKind.IN_PLACE} <= kinds and all(e.measured for e in result.events)
     assert all(e.cost_s < 5 for e in result.events if e.kind == RescaleKind.IN_PLACE)
     assert not executor.pool.busy
+
+
+def test_every_rank_lost_resumes_from_the_last_checkpoint(client, reference, tmp_path):
+    job = _job(client, "all-lost", delays={i: 0.1 for i in range(2)}, checkpoint_dir=str(tmp_path), checkpoint_every=5)
+    job.start(2)
+    while (s := job.status()) is None or s.step < 12:
+        time.sleep(0.05)
+    for uid in job.members:
+        addr = job.worker_of[uid]
+        os.kill(client.run(os.getpid, workers=[addr])[addr], signal.SIGKILL)
+    result = job.wait(240)
+    assert result.finished and result.steps == STEPS
+    rec = result.recoveries[0]
+    assert rec.from_checkpoint and rec.survivors and len(rec.lost) == 2
+    assert rec.resumed_step % 5 == 0 and 10 <= rec.resumed_step <= 15
+    # The killed ranks took their records with them; from the checkpoint on, the curve is the reference's.
+    steps = [h.step for h in result.history]
+    assert steps == list(range(rec.resumed_step, STEPS))
+    diff = np.abs(np.array([h.loss for h in result.history]) - _losses(reference)[rec.resumed_step :]).max()
+    assert diff < LOSS_TOL, f"max |loss difference| {diff:.3g}"
+
+
+def test_straggler_removed_and_replaced_in_place(client):
+    job = JobCoordinator(
+        client,
+        WorkerPool(client),
+        f"remove-{time.monotonic_ns()}",
+        ENTRY,
+        TrainConfig(global_batch=BATCH, max_steps=60, timeout_s=20.0),
+        delays={0: 0.02, 1: 0.3, 2: 0.02},
+        remove_stragglers=True,
+    )
+    job.start(2)
+    slow = job.members[1]
+    result = job.wait(120)
+    assert result.stragglers[0][1] == slow
+    assert job.removed_stragglers and job.removed_stragglers[0][1] == slow
+    assert slow not in job.members and len(job.members) == 2  # the free worker replaced it
