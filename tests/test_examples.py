@@ -11,6 +11,15 @@ from elastic_tasks.examples.models import MLP, AlexNetish, ResNetish, VGGish
 from elastic_tasks.recipe import TrainingRecipe, load_entry_point
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    # Two intra-op threads on a loaded 2-core machine stall on each other (measured 3 s -> 125 s).
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def test_same_index_same_sample_across_instances_and_pickling():
     spec = SyntheticSpec((3, 16, 16), 10, seed=3)
     a = SyntheticClassification(spec, 100)
