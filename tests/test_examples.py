@@ -133,3 +133,15 @@ def test_mlp_tiny_learns_the_teacher():
 def test_vgg_small_learns_the_teacher():
     # chance is 0.10 (10 balanced classes); measured ~0.47 after 300 steps
     assert _train_and_eval(EXAMPLES["vgg_small"](), steps=300) > 0.3
+
+
+def test_samples_do_not_depend_on_the_thread_count():
+    # Ranks may run with different intra-op thread counts; their shards must still agree.
+    spec = SyntheticSpec((3, 16, 16), 10, seed=5)
+    one = SyntheticClassification(spec, 200)
+    samples_one = [one[i] for i in range(200)]
+    torch.set_num_threads(2)
+    two = SyntheticClassification(spec, 200)
+    for i, (x, y) in enumerate(samples_one):
+        x2, y2 = two[i]
+        assert torch.equal(x, x2) and int(y) == int(y2), i
