@@ -13,8 +13,10 @@ receive ~77 MB of parameters and momentum), global batch 32:
 * steady overhead: median step time of the elastic trainer at a fixed 2 ranks vs a plain
   DDP loop (same model, data, batch and workers), in paired rounds alternating which runs
   first; the figure is the median of the per-round ratios (min and max printed too). On a
-  shared machine that ratio is noisy, so the time of the trainer's own per-step work (the
-  end-of-step agreement allreduces) is also reported as a share of the step.
+  shared machine the wall ratio is noisy, so two steadier figures come with it: the ratio of
+  CPU time per step of rank 0's whole process (all threads, so the elastic trainer's
+  background courier counts), and the time of the trainer's own collective (the end-of-step
+  agreement) as a share of the step.
 
 Usage: ``python benchmarks/rescale_bench.py [--events 3] [--steady-steps 25]``.
 The last printed line is one JSON object.
@@ -39,8 +41,8 @@ ENTRY = "elastic_tasks.examples.recipes:alexnet_10m"
 BATCH = 32
 
 
-def plain_ddp(rank: int, world: int, host: str, port: int, steps: int) -> list[float]:
-    """A textbook DDP loop: same model, data and batch; returns per-step wall times."""
+def plain_ddp(rank: int, world: int, host: str, port: int, steps: int) -> tuple[list[float], list[float]]:
+    """A textbook DDP loop: same model, data and batch; returns per-step wall and process CPU times."""
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
@@ -57,9 +59,9 @@ def plain_ddp(rank: int, world: int, host: str, port: int, steps: int) -> list[f
         opt = recipe.make_optimizer(model.parameters(), recipe.base_lr * BATCH / recipe.base_batch)
         perm = torch.randperm(len(recipe.dataset), generator=torch.Generator().manual_seed(0))
         local = BATCH // world
-        times = []
+        times, cpu = [], []
         for step in range(steps):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             start = (step * BATCH + rank * local) % (len(perm) - BATCH)
             samples = [recipe.dataset[int(i)] for i in perm[start : start + local]]
             x = torch.stack([s[0] for s in samples])
@@ -70,30 +72,35 @@ def plain_ddp(rank: int, world: int, host: str, port: int, steps: int) -> list[f
             opt.step()
             float(loss.detach())
             times.append(time.perf_counter() - t0)
-        return times
+            cpu.append(time.process_time() - c0)
+        return times, cpu
     finally:
         dist.destroy_process_group()
 
 
-def run_plain(client: Client, workers: list[str], steps: int, port: int) -> float:
+def run_plain(client: Client, workers: list[str], steps: int, port: int) -> tuple[float, float]:
     host = "127.0.0.1"
     futures = [
         client.submit(plain_ddp, r, len(workers), host, port, steps, workers=[w], allow_other_workers=False, pure=False)
         for r, w in enumerate(workers)
     ]
-    times = futures[0].result()
+    times, cpu = futures[0].result()
     for f in futures[1:]:
         f.result()
-    return statistics.median(times[3:])
+    return statistics.median(times[3:]), statistics.median(cpu[3:])
 
 
-def run_elastic_steady(client: Client, steps: int, tag: str) -> tuple[float, float]:
-    """Median step time and median time of the end-of-step agreement (the trainer's own collectives)."""
+def run_elastic_steady(client: Client, steps: int, tag: str) -> tuple[float, float, float]:
+    """Median step wall time, step CPU time and end-of-step agreement time (the trainer's own collectives)."""
     job = JobCoordinator(client, WorkerPool(client), f"steady-{tag}", ENTRY, TrainConfig(global_batch=BATCH, max_steps=steps, timeout_s=60, evaluate=False))
     job.start(2)
     result = job.wait(600)
     steady = result.history[3:]
-    return statistics.median(h.wall_s for h in steady), statistics.median(h.agree_s for h in steady)
+    return (
+        statistics.median(h.wall_s for h in steady),
+        statistics.median(h.cpu_s for h in steady),
+        statistics.median(h.agree_s for h in steady),
+    )
 
 
 def main() -> None:
@@ -113,18 +120,23 @@ def main() -> None:
         workers = sorted(client.scheduler_info(n_workers=-1)["workers"])[:2]
         # Other load on the machine drifts over minutes: pair each elastic round with the plain
         # round just before it, alternate which goes first, and take the median paired ratio.
-        plain, elastic, ratios, agree = [], [], [], []
+        plain, elastic, ratios, agree, cpu_ratios = [], [], [], [], []
         for i in range(args.rounds):
             first_plain = i % 2 == 0
             if first_plain:
-                plain.append(run_plain(client, workers, args.steady_steps, 29500 + i))
-            step_s, agree_s = run_elastic_steady(client, args.steady_steps, str(i))
+                plain_run = run_plain(client, workers, args.steady_steps, 29500 + i)
+            step_s, cpu_s, agree_s = run_elastic_steady(client, args.steady_steps, str(i))
+            if not first_plain:
+                plain_run = run_plain(client, workers, args.steady_steps, 29500 + i)
+            plain.append(plain_run[0])
             elastic.append(step_s)
             agree.append(agree_s)
-            if not first_plain:
-                plain.append(run_plain(client, workers, args.steady_steps, 29500 + i))
-            ratios.append(elastic[-1] / plain[-1])
-            print(f"steady round {i}: plain DDP {plain[-1]:.4f} s/step, elastic {elastic[-1]:.4f} s/step, ratio {ratios[-1]:.4f}")
+            ratios.append(step_s / plain_run[0])
+            cpu_ratios.append(cpu_s / plain_run[1])
+            print(
+                f"steady round {i}: plain DDP {plain_run[0]:.4f} s/step ({plain_run[1]:.4f} CPU), "
+                f"elastic {step_s:.4f} s/step ({cpu_s:.4f} CPU), wall ratio {ratios[-1]:.4f}, CPU ratio {cpu_ratios[-1]:.4f}"
+            )
         plain_s, elastic_s = statistics.median(plain), statistics.median(elastic)
 
         config = TrainConfig(global_batch=BATCH, max_steps=100_000, timeout_s=60, checkpoint_dir=ckpt, evaluate=False)
@@ -171,6 +183,7 @@ def main() -> None:
         "steady_ratio_min": round(min(ratios), 4),
         "steady_ratio_max": round(max(ratios), 4),
         "steady_rounds": len(ratios),
+        "steady_cpu_overhead_pct": round(100 * (statistics.median(cpu_ratios) - 1), 2),
         "agree_s": round(statistics.median(agree), 5),
         "agree_pct_of_step": round(100 * statistics.median(agree) / elastic_s, 3),
         "wall_s": round(time.time() - t_start, 1),

@@ -1,6 +1,7 @@
 """A job's control plane on the Dask scheduler: plans, rendezvous addresses, status, events.
 
-Plans are immutable Dask ``Variable``s (one per version, plus a pointer to the latest);
+Plans are immutable Dask ``Variable``s (one per version, plus a pointer to the latest in
+the scheduler's metadata, and a Dask ``Event`` per version that ranks long-poll on);
 ranks report events on a Dask ``Queue`` that the coordinator drains; rank 0 publishes a
 status ``Variable`` the coordinator reads for progress. Values travel as pickled bytes
 because the scheduler stores only msgpack-encodable data.
@@ -14,7 +15,7 @@ import time
 from dataclasses import dataclass
 from enum import Enum
 
-from distributed import Client, Queue, Variable
+from distributed import Client, Event, Queue, Variable
 
 from elastic_tasks.protocol import Plan
 
@@ -77,6 +78,12 @@ class JobBoard:
     def publish(self, plan: Plan) -> None:
         self._var(f"plan-{plan.version}").set(pickle.dumps(plan))
         self.client.set_metadata(self._key("plan-latest"), plan.version)
+        # Wakes every rank long-polling for this version: they learn of it without busy polling.
+        Event(self._key(f"published-{plan.version}"), client=self.client).set()
+
+    def wait_published(self, version: int, timeout: float) -> bool:
+        """Long-poll (server side) until plan ``version`` is published; False after ``timeout``."""
+        return bool(Event(self._key(f"published-{version}"), client=self.client).wait(timeout=timeout))
 
     def latest_version(self) -> int | None:
         # Scheduler metadata, not a Variable: reading an unset key is not an error there.

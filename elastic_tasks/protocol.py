@@ -144,6 +144,7 @@ class StepRecord:
     lr: float
     wall_s: float = 0.0  # this step's wall time on the recording rank, agreement included
     agree_s: float = 0.0  # of which the end-of-step agreement (the elastic trainer's own collectives)
+    cpu_s: float = 0.0  # CPU time of the recording rank's process (all its threads) during the step
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,8 +52,10 @@ from elastic_tasks.straggler import StragglerDetector
 
 log = logging.getLogger(__name__)
 
-_POLL_S = 0.05
-_STATUS_EVERY_S = 0.25
+_POLL_S = 0.05  # recovery: how often a waiting rank looks for its plan
+_WAIT_S = 2.0  # courier: longest server-side wait for the next plan version
+_BACKUP_POLL_S = 2.0
+_STATUS_EVERY_S = 0.5
 
 
 class CollectiveFailure(RuntimeError):
@@ -79,7 +81,13 @@ def run_rank(spec: RankSpec) -> RankResult:
 
 
 class _Courier(threading.Thread):
-    """Watches the board for the newest plan version; pushes rank 0's status now and then."""
+    """Learns of new plan versions while the rank trains; pushes rank 0's status now and then.
+
+    It long-polls the Dask ``Event`` of the next plan version (the scheduler answers the
+    moment the plan is published, or after ``_WAIT_S``), so a training process pays about one
+    idle request per ``_WAIT_S`` rather than a busy poll; a slow read of the latest version
+    backs it up should a version ever be skipped.
+    """
 
     def __init__(self, board: JobBoard) -> None:
         super().__init__(daemon=True, name="malleable-courier")
@@ -89,18 +97,34 @@ class _Courier(threading.Thread):
         self._sent: JobStatus | None = None
         self._stop = threading.Event()
 
+    def _see(self, version: int | None) -> None:
+        if version is not None and version > self.seen_version:
+            self.seen_version = int(version)
+
     def run(self) -> None:
-        last_push = 0.0
-        while not self._stop.wait(_POLL_S):
-            with contextlib.suppress(Exception):
-                v = self.board.latest_version()
-                if v is not None and v > self.seen_version:
-                    self.seen_version = v
+        last_poll = last_push = 0.0
+        while not self._stop.is_set():
+            try:
+                if self.board.wait_published(self.seen_version + 1, timeout=_WAIT_S):
+                    self._see(self.seen_version + 1)
+            except Exception:  # noqa: BLE001 - the worker is closing; the stop flag ends us
+                self._stop.wait(_WAIT_S)
+            now = time.monotonic()
+            if now - last_poll >= _BACKUP_POLL_S:
+                with contextlib.suppress(Exception):
+                    self._see(self.board.latest_version())
+                last_poll = now
             status = self.status
-            if status is not None and status is not self._sent and time.monotonic() - last_push >= _STATUS_EVERY_S:
+            if status is not None and status is not self._sent and now - last_push >= _STATUS_EVERY_S:
                 with contextlib.suppress(Exception):
                     self.board.set_status(status)
-                    self._sent, last_push = status, time.monotonic()
+                    self._sent, last_push = status, now
+
+    def refresh(self) -> int:
+        """Read the newest version now (recovery: no waiting for the backup poll)."""
+        with contextlib.suppress(Exception):
+            self._see(self.board.latest_version())
+        return self.seen_version
 
     def flush(self) -> None:
         if self.status is not None and self.status is not self._sent:
@@ -151,6 +175,7 @@ class _Rank:
         self.recoveries: list[tuple[int, int]] = []
         self.step_times: list[float] = []
         self.local_time = 0.0
+        self._cpu0 = 0.0
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -269,7 +294,7 @@ class _Rank:
         deadline = time.monotonic() + max(60.0, 4 * self.config.timeout_s)
         version = failed
         while time.monotonic() < deadline:
-            latest = self.courier.seen_version
+            latest = self.courier.refresh()
             while version < latest:
                 version += 1
                 plan = self.board.plan(version, timeout=self.config.timeout_s)
@@ -290,6 +315,7 @@ class _Rank:
         """Train step by step; returns the plan to switch to, or None when the job is done."""
         while not self._done():
             t0 = time.perf_counter()
+            self._cpu0 = time.process_time()
             loss_sum, correct, count = self._step()
             plan = self._agree(loss_sum, correct, count, t0)
             self.step_times.append(self.history[-1].wall_s)
@@ -363,7 +389,15 @@ class _Rank:
         batch = meta.global_batch
         now = time.perf_counter()
         record = StepRecord(
-            meta.step - 1, float(stats[0]) / batch, float(stats[1]) / batch, self.world, batch, meta.lr.at(meta.step - 1), now - t0, now - t_agree
+            meta.step - 1,
+            float(stats[0]) / batch,
+            float(stats[1]) / batch,
+            self.world,
+            batch,
+            meta.lr.at(meta.step - 1),
+            now - t0,
+            now - t_agree,
+            time.process_time() - self._cpu0,
         )
         self.history.append(record)
         throughput = {uid: float(stats[3 + r]) for r, uid in enumerate(plan.members)}

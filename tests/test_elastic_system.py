@@ -40,6 +40,7 @@ def client():
 
 
 def _job(client, name, delays=None, **cfg):
+    client.wait_for_workers(3, timeout=60)  # killed workers come back under nannies, not at once
     config = TrainConfig(global_batch=BATCH, max_steps=STEPS, record_indices=True, timeout_s=20.0, **cfg)
     return JobCoordinator(client, WorkerPool(client), f"{name}-{time.monotonic_ns()}", ENTRY, config, delays=delays)
 
@@ -201,6 +202,7 @@ def test_every_rank_lost_resumes_from_the_last_checkpoint(client, reference, tmp
 
 
 def test_straggler_removed_and_replaced_in_place(client):
+    client.wait_for_workers(3, timeout=60)
     job = JobCoordinator(
         client,
         WorkerPool(client),
@@ -216,3 +218,25 @@ def test_straggler_removed_and_replaced_in_place(client):
     assert result.stragglers[0][1] == slow
     assert job.removed_stragglers and job.removed_stragglers[0][1] == slow
     assert slow not in job.members and len(job.members) == 2  # the free worker replaced it
+
+
+def test_hybrid_scaling_accumulation_keeps_the_curve_and_lr_ramps_with_the_batch(client, reference):
+    # Memory cap 10 per micro-batch: 2 ranks x 25 samples -> 3 micro-steps each, then 1 rank x 50 -> 5.
+    job = _job(client, "accum", delays={i: 0.03 for i in range(2)}, max_batch_per_gpu=10)
+    job.start(2)
+    job.rescale(1, at_step=20)
+    result = job.wait(120)
+    diff = np.abs(_losses(result) - _losses(reference)).max()
+    assert diff < LOSS_TOL, f"max |loss difference| {diff:.3g}"
+
+    # Weak scaling: 2 -> 3 ranks with the global batch doubled; LR ramps linearly to 2x over 5 steps.
+    job = _job(client, "weak", delays={i: 0.03 for i in range(3)}, lr_ramp_steps=5)
+    job.start(2)
+    job.rescale(3, global_batch=2 * BATCH, at_step=10)
+    result = job.wait(120)
+    lr = {h.step: h.lr for h in result.history}
+    batch = {h.step: h.global_batch for h in result.history}
+    base = lr[0]
+    assert batch[9] == BATCH and batch[10] == 2 * BATCH
+    assert lr[10] == pytest.approx(base) and lr[12] == pytest.approx(base * 1.4) and lr[15] == pytest.approx(2 * base)
+    assert result.samples_seen == 10 * BATCH + (STEPS - 10) * 2 * BATCH
