@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from flows import cmd_compare, cmd_hpo, cmd_idle_nodes, cmd_plan, cmd_profile, cmd_simulate, cmd_train, cmd_ui
+from flows import cmd_compare, cmd_hpo, cmd_idle_nodes, cmd_plan, cmd_profile, cmd_quickstart, cmd_retrain, cmd_run, cmd_simulate, cmd_train, cmd_ui
 
 app = typer.Typer(
     name="malleable",
@@ -32,6 +32,9 @@ app.command("train")(cmd_train.train)
 app.command("idle-nodes")(cmd_idle_nodes.idle_nodes_command)
 app.command("ui")(cmd_ui.ui)
 app.command("compare")(cmd_compare.compare)
+app.command("quickstart")(cmd_quickstart.quickstart)
+app.command("run")(cmd_run.run)
+app.command("retrain")(cmd_retrain.retrain)
 app.add_typer(cmd_hpo.app, name="hpo")
 
 

@@ -25,6 +25,7 @@ from allocator.loop import LoopResult, LoopSettings, StepReport, run_loop
 from allocator.policies import make_policy
 from allocator.types import JobSpec
 from deploy.clusters import KubeSpec, connect
+from elastic_tasks.cluster import warm_up
 from elastic_tasks.examples import EXAMPLES
 from elastic_tasks.executor import DaskExecutor, JobSettings, WallClock
 from elastic_tasks.recipe import load_entry_point
@@ -67,6 +68,14 @@ class ClusterOutcome:
 def load_jobs(jobs_file: str) -> tuple[tuple[JobSpec, ...], int | None, str | None]:
     spec = load_jobs_file(Path(jobs_file))
     return spec.jobs, spec.gpus, spec.policy
+
+
+@task(name="warm-up-workers", retries=2, retry_delay_seconds=5, cache_policy=NO_CACHE)
+def warm_up_workers(client: Client, entrypoints: Sequence[str]) -> None:
+    """Import torch and build each recipe on every worker before the clock starts, so a job's
+    first start (and every later join) costs the regroup, not a cold import."""
+    for entry in sorted(set(entrypoints)):
+        warm_up(client, entry)
 
 
 @task(name="autoscaling-loop", cache_policy=NO_CACHE)
@@ -145,6 +154,7 @@ def cluster_flow(
     t0 = time.monotonic()
     with connect(settings.cluster.value, workers=settings.workers, address=settings.scheduler_address, kube=kube) as client:
         available = wait_for_workers(client, settings.workers if settings.cluster.value == "local" else 1)
+        warm_up_workers(client, [entrypoint_for(j) for j in jobs])
         result, results = drive(client, jobs, chosen, len(available), loop_settings, job_settings, observe)
     wall_s = time.monotonic() - t0
     progress.update(len(jobs))

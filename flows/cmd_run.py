@@ -1,0 +1,80 @@
+"""``malleable run``: a jobs file on the cluster (real elastic training) or, with --simulate, simulated."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from allocator.policies import UnknownPolicyError, make_policy
+from flows.cli_common import settings_or_fail, ui_commands
+from flows.console import EXIT_FAILED, console, fail
+from flows.jobfile import load_jobs_file
+from flows.record import JobOutcome
+
+
+def outcome_table(title: str, outs: tuple[JobOutcome, ...]) -> Table:
+    table = Table(title=title)
+    table.add_column("job", no_wrap=True)
+    for col in ("arrival s", "start s", "finish s", "JCT s", "rescales", "final accuracy"):
+        table.add_column(col, justify="right")
+    for o in outs:
+        table.add_row(
+            o.job_id,
+            f"{o.arrival_s:.1f}",
+            "-" if o.start_s is None else f"{o.start_s:.1f}",
+            "-" if o.finish_s is None else f"{o.finish_s:.1f}",
+            "-" if o.jct_s is None else f"{o.jct_s:.1f}",
+            str(o.rescales),
+            "-" if o.final_accuracy is None else f"{o.final_accuracy:.3f}",
+        )
+    return table
+
+
+def print_ui_hint() -> None:
+    console.print("\n[bold]Look at it:[/]")
+    for what, command in ui_commands(settings_or_fail()):
+        console.print(f"  {what}: [cyan]{command}[/]")
+
+
+def run(
+    jobs_file: Annotated[Path, typer.Argument(help="Jobs file, YAML or JSON (docs/jobs-file.md); workload = entry point or example name.")],
+    simulate: Annotated[bool, typer.Option("--simulate", help="Run the same loop simulated instead of on the cluster.")] = False,
+    workers: Annotated[int | None, typer.Option("--workers", "-w", help="(Virtual) GPU workers (default MALLEABLE_WORKERS, 4).")] = None,
+    policy: Annotated[str | None, typer.Option("--policy", "-p", help="Policy (default: the file's, else MALLEABLE_POLICY).")] = None,
+    interval: Annotated[float | None, typer.Option("--interval", help="Δ: seconds between re-allocations (default MALLEABLE_INTERVAL_S).")] = None,
+    name: Annotated[str | None, typer.Option("--name", help="MLflow run name.")] = None,
+) -> None:
+    """Run a jobs file through the autoscaling loop: real elastic training on Dask workers, or simulated."""
+    settings = settings_or_fail(workers=workers, policy=policy, interval_s=interval)
+    try:
+        spec = load_jobs_file(jobs_file)
+        if policy is not None:
+            make_policy(policy)
+        if not simulate:
+            from flows.cluster_flow import check_trainable
+
+            check_trainable(spec.jobs)
+    except UnknownPolicyError as exc:
+        fail(str(exc))
+    except ValueError as exc:
+        fail(f"{jobs_file}: {exc}" if str(jobs_file) not in str(exc) else str(exc))
+    if simulate:
+        from flows.simulate_flow import simulate_flow
+
+        gpus = workers or spec.gpus or settings.workers
+        outcome = simulate_flow(str(jobs_file), gpus=gpus, policy=policy, interval_s=interval, run_name=name)
+        console.print(outcome_table(f"{jobs_file.name}: simulated on {gpus} GPUs", outcome.outcomes))
+        console.print(f"MLflow parent run [bold]{outcome.recorded.parent_run}[/]")
+    else:
+        from flows.cluster_flow import cluster_flow
+
+        try:
+            outcome = cluster_flow(str(jobs_file), workers=workers, policy=policy, interval_s=interval, run_name=name)
+        except Exception as exc:  # the flow run is recorded as failed in Prefect; say why in one line
+            fail(f"cluster run failed: {type(exc).__name__}: {exc}", code=EXIT_FAILED)
+        console.print(outcome_table(f"{jobs_file.name}: real run on {settings.workers} workers ({outcome.wall_s:.0f} s)", outcome.recorded.outcomes))
+        console.print(f"MLflow parent run [bold]{outcome.recorded.parent_run}[/], {outcome.recorded.metrics.rescales} rescales")
+    print_ui_hint()
