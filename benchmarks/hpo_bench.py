@@ -16,8 +16,9 @@ Per case: the static baseline (cheapest fixed cluster meeting the deadline), the
 (timed), and whether the greedy plan meets the deadline. Printed last: one JSON object with
 ``cost_ratio_vs_static`` (median over the cases where a static cluster is feasible),
 ``deadline_met_fraction`` (greedy meets the deadline / cases where any searched plan does),
-``plan_time_s`` (median and max), the paper's Table-1 placement ablation in the model, and
-greedy vs exhaustive on random small jobs.
+``plan_time_s`` (median and max), the paper's Table-1 placement ablation in the model,
+greedy vs exhaustive on random small jobs, and Fig. 9's stragglers under both billing modes
+(Monte-Carlo).
 
 Run: .venv/bin/python benchmarks/hpo_bench.py [--quick]
 """
@@ -114,6 +115,22 @@ def placement_ablation() -> dict[str, float]:
     return out
 
 
+def straggler_effect(samples: int) -> dict[str, float]:
+    """Fig. 9 in the model: the SHA(64) 20-minute greedy plan under Monte-Carlo stragglers
+    (a run's step time ~ Normal(1, cv) x mean), billed per instance vs per function."""
+    base = cases(True)[1][1]
+    plan = greedy_plan(base).prediction.plan
+    out = {}
+    for cv in (0.0, 0.25, 0.5):
+        for billing in (Billing.PER_INSTANCE, Billing.PER_FUNCTION):
+            spec = dataclasses.replace(base, trial=dataclasses.replace(base.trial, iter_cv=cv), cloud=dataclasses.replace(base.cloud, billing=billing))
+            p = predict(spec, plan, samples=samples, rng=np.random.default_rng(1))
+            out[f"cv{cv:g}_{billing.value}_cost"] = round(p.cost, 3)
+            if billing is Billing.PER_INSTANCE:
+                out[f"cv{cv:g}_jct_min"] = round(p.jct_s / 60, 2)
+    return out
+
+
 def greedy_vs_exhaustive(n: int) -> dict[str, float]:
     rng = np.random.default_rng(2026)
     sys.path.insert(0, ".")
@@ -143,6 +160,8 @@ def main() -> None:
     print(json.dumps(ablation))
     versus = greedy_vs_exhaustive(20 if quick else 60)
     print(json.dumps(versus))
+    stragglers = straggler_effect(20 if quick else 100)
+    print(json.dumps(stragglers))
     summary = {
         "cost_ratio_vs_static": round(statistics.median(ratios), 4),
         "cost_ratio_vs_static_min": round(min(ratios), 4),
@@ -158,6 +177,8 @@ def main() -> None:
         "placement_speedup_4gpu": round(ablation["placed_4gpu_samples_per_s"] / ablation["scattered_4gpu_samples_per_s"], 3),
         "greedy_exact_vs_exhaustive": round(versus["exact_fraction"], 4),
         "greedy_max_gap_vs_exhaustive": versus["max_gap"],
+        "straggler_cv0.5_per_instance_over_per_function": round(stragglers["cv0.5_per_instance_cost"] / stragglers["cv0.5_per_function_cost"], 3),
+        "straggler_cv0_per_instance_over_per_function": round(stragglers["cv0_per_instance_cost"] / stragglers["cv0_per_function_cost"], 3),
     }
     print(json.dumps(summary))
 
