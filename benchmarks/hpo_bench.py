@@ -26,7 +26,6 @@ Run: .venv/bin/python benchmarks/hpo_bench.py [--quick]
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import statistics
 import sys
@@ -36,7 +35,7 @@ import numpy as np
 
 from allocator.hpo.model import predict, step_time
 from allocator.hpo.placement import stage_spans
-from allocator.hpo.planner import NoFeasiblePlanError, _sizes, exhaustive_plan, greedy_plan, static_baseline
+from allocator.hpo.planner import NoFeasiblePlanError, exhaustive_plan, greedy_plan, static_baseline
 from allocator.hpo.spec import Billing, CloudModel, HpoSpec, InstanceType, Latency, TrialModel, successive_halving
 from allocator.types import AllreduceModel, ThroughputProfile
 
