@@ -101,6 +101,10 @@ def report_dict(report: HpoPlanReport) -> dict[str, object]:
     }
 
 
+def _money(dollars: float) -> str:
+    return f"{dollars:.2f}" if dollars >= 1 or dollars == 0 else f"{dollars:.4f}"
+
+
 def _mmss(seconds: float) -> str:
     return f"{int(seconds // 60)}:{seconds % 60:04.1f}"
 
@@ -138,7 +142,7 @@ def _summary(report: HpoPlanReport) -> Table:
         rows.append(("static", report.static.prediction))
     for name, p in rows:
         jct = _mmss(p.jct_s) + (f" ± {p.jct_std_s:.1f}s" if p.samples else "")
-        table.add_row(name, jct, f"{p.cost:.2f}", f"{p.compute_cost:.2f}", f"{p.data_cost:.2f}", "yes" if p.meets(report.spec.deadline_s) else "NO")
+        table.add_row(name, jct, _money(p.cost), _money(p.compute_cost), _money(p.data_cost), "yes" if p.meets(report.spec.deadline_s) else "NO")
     return table
 
 

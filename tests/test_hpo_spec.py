@@ -173,3 +173,10 @@ def test_trial_entrypoint_round_trips_through_the_attribute_name() -> None:
     assert recipe.base_lr == 0.125 and recipe.base_batch == 64
     with pytest.raises(ValueError, match="TrialRecipeSpec.lr"):
         TrialRecipeSpec("a.b:c", 64, lr=-1.0)
+
+
+def test_cli_plan_monte_carlo_reports_samples_and_spread() -> None:
+    result = runner.invoke(app, ["hpo", "plan", str(EXAMPLE), "--samples", "5", "--seed", "1", "-f", "json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["plan"]["samples"] == 5 and report["static"]["samples"] == 5
