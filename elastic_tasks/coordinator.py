@@ -234,8 +234,12 @@ class JobCoordinator:
             for uid in before:
                 self.futures[uid].result(timeout=self._startup_timeout())
             if restart_processes:
-                self.client.restart_workers(old_workers)
+                # Our own wait below, not restart_workers': it counts every worker of the cluster.
+                self.client.restart_workers(old_workers, timeout=self._startup_timeout(), raise_for_error=False)
             self.pool.give_back(old_workers)
+            wait_until = time.monotonic() + self._startup_timeout()
+            while len(self.pool.free()) < gpus and time.monotonic() < wait_until:
+                time.sleep(0.2)
             workers = self.pool.take(self.job_id, gpus)
             version = self._next_version()
             uids = [self._launch(addr, version) for addr in workers]
