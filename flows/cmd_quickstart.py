@@ -18,6 +18,7 @@ def quickstart(
     interval: Annotated[float, typer.Option("--interval", help="Δ: seconds between re-allocations.")] = 5.0,
 ) -> None:
     """Run the cluster flow on a LocalCluster: three jobs arrive, elastic_dp grows and shrinks them in place."""
+    settings_or_fail()  # the environment first: a bad MALLEABLE_* stops us even though flags have defaults
     settings = settings_or_fail(workers=workers, interval_s=interval)
     if not (scale > 0):
         fail(f"scale={scale}: must be > 0")

@@ -36,7 +36,7 @@ def outcome_table(title: str, outs: tuple[JobOutcome, ...]) -> Table:
 def print_ui_hint() -> None:
     console.print("\n[bold]Look at it:[/]")
     for what, command in ui_commands(settings_or_fail()):
-        console.print(f"  {what}: [cyan]{command}[/]")
+        console.print(f"  {what}: {command}", soft_wrap=True, highlight=False, markup=False)
 
 
 def run(

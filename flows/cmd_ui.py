@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from rich.table import Table
-
 from flows.cli_common import settings_or_fail, ui_commands
 from flows.console import console
 
@@ -11,9 +9,6 @@ from flows.console import console
 def ui() -> None:
     """Print the commands that open the MLflow and Prefect UIs for this project's settings."""
     settings = settings_or_fail()
-    table = Table(title="Look at the results", show_lines=False)
-    table.add_column("UI")
-    table.add_column("command")
+    # Plain lines, never wrapped into table cells: people copy these commands.
     for what, command in ui_commands(settings):
-        table.add_row(what, command)
-    console.print(table)
+        console.print(f"{what}: {command}", soft_wrap=True, highlight=False, markup=False)

@@ -82,14 +82,16 @@ class Settings(BaseSettings):
         return self.state_dir / "profiles"
 
 
-def _one_line(exc: ValidationError) -> str:
+def _one_line(exc: ValidationError, given: set[str]) -> str:
     err = exc.errors()[0]
     loc = err.get("loc") or ()
     field = str(loc[0]) if loc else ""
     msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
     if not field:  # a model-level rule; its message names the variables itself
         return msg
-    return f"{ENV_PREFIX}{field.upper()}={err.get('input')!r}: {msg}"
+    # A value passed in (a CLI flag) is named as the field; one from the environment as its variable.
+    name = field if field in given else f"{ENV_PREFIX}{field.upper()}"
+    return f"{name}={err.get('input')!r}: {msg}"
 
 
 def load_settings(**overrides: object) -> Settings:
@@ -97,7 +99,8 @@ def load_settings(**overrides: object) -> Settings:
 
     Raises ``SettingsError`` with one line naming the variable and the value.
     """
+    given = {k: v for k, v in overrides.items() if v is not None}
     try:
-        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+        return Settings(**given)
     except ValidationError as exc:
-        raise SettingsError(_one_line(exc)) from None
+        raise SettingsError(_one_line(exc, set(given))) from None
