@@ -1,0 +1,97 @@
+"""retrain through its prefect.yaml deployment entry point, with MLflow down until it ends.
+
+Training must complete while the tracking server is unreachable; the metrics and the model
+buffered meanwhile must arrive once the server is up.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from mlflow import MlflowClient
+
+from tests.test_tracking import _free_port, _wait_healthy
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _deployment(name: str) -> dict:
+    project = yaml.safe_load((ROOT / "prefect.yaml").read_text())
+    return next(d for d in project["deployments"] if d["name"] == name)
+
+
+@pytest.mark.slow
+def test_retrain_deployment_trains_while_mlflow_is_down_and_metrics_arrive_later(prefect_harness, tmp_path, monkeypatch):
+    from prefect.flows import load_flow_from_entrypoint
+
+    from flows.settings import load_settings
+    from flows.tracking import tracker_from_settings
+
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    monkeypatch.chdir(ROOT)  # the deployment's working directory
+    monkeypatch.setenv("MALLEABLE_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("MALLEABLE_TRACKING_URI", url)
+    monkeypatch.setenv("MALLEABLE_WORKERS", "2")
+
+    deployment = _deployment("nightly-retrain")
+    flow = load_flow_from_entrypoint(deployment["entrypoint"])
+    # The deployment's parameters, on the fastest example model.
+    params = {**deployment["parameters"], "entrypoint": "elastic_tasks.examples:mlp_tiny", "epochs": 1.0, "min_batch": 16, "max_batch": 128}
+    flow.validate_parameters(params)
+    state = flow(**params, return_state=True)
+    assert state.is_completed(), state.message
+    outcome = state.result()
+    assert outcome.steps > 0 and outcome.eval_accuracy is not None and outcome.eval_accuracy > 0.5
+    assert outcome.model_uri is None  # MLflow was down: nothing has a server-side id yet
+
+    settings = load_settings()
+    assert settings.buffer_path.exists()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
+         "--artifacts-destination", str(tmp_path / "artifacts"), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_healthy(url, proc)
+        tracker = tracker_from_settings(settings, notify=lambda _msg: None)
+        assert tracker.flush()  # e.g. the next `malleable` command, or the next call of a live run
+        client = MlflowClient(url)
+        exp = client.get_experiment_by_name(settings.experiment)
+        runs = client.search_runs([exp.experiment_id], "tags.`malleable.mode` = 'retrain'")
+        assert len(runs) == 1
+        run = runs[0]
+        assert run.info.status == "FINISHED"
+        assert run.data.params["entrypoint"] == "elastic_tasks.examples:mlp_tiny"
+        loss = client.get_metric_history(run.info.run_id, "loss")
+        assert len(loss) == outcome.steps
+        assert run.data.metrics["eval_accuracy"] == pytest.approx(outcome.eval_accuracy)
+        assert "model/MLmodel" in {a.path for a in client.list_artifacts(run.info.run_id, "model")}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_every_deployment_in_prefect_yaml_loads():
+    from prefect.flows import load_flow_from_entrypoint
+
+    project = yaml.safe_load((ROOT / "prefect.yaml").read_text())
+    names = {d["name"] for d in project["deployments"]}
+    assert {"nightly-retrain", "cluster-run", "seed000-reproduction"} <= names
+    for d in project["deployments"]:
+        path, _, fn = d["entrypoint"].partition(":")
+        assert (ROOT / path).is_file(), d["entrypoint"]
+        flow = load_flow_from_entrypoint(str(ROOT / path) + ":" + fn)
+        flow.validate_parameters(d.get("parameters", {}))  # every parameter exists and has the right type
+        assert d["work_pool"]["name"] == "malleable-process"
+    nightly = next(d for d in project["deployments"] if d["name"] == "nightly-retrain")
+    from prefect.client.schemas.schedules import CronSchedule
+
+    cron = CronSchedule(cron=nightly["schedules"][0]["cron"], timezone=nightly["schedules"][0]["timezone"])
+    assert cron.cron == "0 2 * * *"
+    cluster = next(d for d in project["deployments"] if d["name"] == "cluster-run")
+    assert (ROOT / cluster["parameters"]["jobs_file"]).is_file()
