@@ -12,7 +12,7 @@ name of a built-in example (``elastic_tasks.examples``).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +27,7 @@ from allocator.types import JobSpec
 from deploy.clusters import KubeSpec, connect
 from elastic_tasks.cluster import warm_up
 from elastic_tasks.examples import EXAMPLES
+from elastic_tasks.coordinator import JobResult
 from elastic_tasks.executor import DaskExecutor, JobSettings, WallClock
 from elastic_tasks.recipe import load_entry_point
 from flows.flow_artifacts import ProgressArtifact, publish_results, summary_markdown
@@ -62,6 +63,7 @@ class ClusterOutcome:
     result: LoopResult
     recorded: RecordedRun
     wall_s: float
+    job_results: Mapping[str, JobResult]  # what the trainer measured, per job
 
 
 @task(name="load-jobs-file")
@@ -176,4 +178,4 @@ def cluster_flow(
             [f"MLflow parent run `{recorded.parent_run}`", f"{recorded.metrics.rescales} rescales, wall time {wall_s:.1f} s"],
         ),
     )
-    return ClusterOutcome(result, recorded, wall_s)
+    return ClusterOutcome(result, recorded, wall_s, results)

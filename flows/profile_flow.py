@@ -53,9 +53,14 @@ def profile_flow(
     warmup: int = 2,
     device: str = "cpu",
     allreduce: AllreduceModel | None = None,
+    threads: int | None = 1,
 ) -> ThroughputProfile:
-    """Profile ``entrypoint`` (cached by model + hardware + settings) and publish it as a table."""
+    """Profile ``entrypoint`` (cached by model + hardware + settings) and publish it as a table.
+
+    ``threads=1`` matches the elastic trainer's ranks (one torch thread per GPU worker).
+    """
     settings = ProfileSettings(
+        threads=threads,
         batch_sizes=tuple(batch_sizes or (8, 16, 32, 64)),
         allreduce_gpus=tuple(allreduce_gpus or (2,)),
         repeats=repeats,
