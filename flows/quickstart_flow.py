@@ -31,7 +31,7 @@ class QuickJob:
 
 # Job a starts alone and gets the whole cluster; b and c arrive and take GPUs from it in place;
 # when a job finishes, the others grow into what it frees.
-JOBS = (QuickJob("job-a", 16384, 0.0), QuickJob("job-b", 8192, 5.0), QuickJob("job-c", 8192, 10.0))
+JOBS = (QuickJob("job-a", 32768, 0.0), QuickJob("job-b", 16384, 5.0), QuickJob("job-c", 16384, 10.0))
 
 
 def quickstart_jobs_file(path: Path, profile: dict, workers: int, scale: float, model: str) -> Path:
