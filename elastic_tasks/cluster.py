@@ -27,9 +27,9 @@ def local_gpu_cluster(n_workers: int, *, threads_per_worker: int = 1, memory_lim
     )
 
 
-def warm_up(client: Client, entrypoint: str) -> None:
-    """Import torch and build the recipe on every worker, so a rank started later joins fast."""
-    client.run(_warm, entrypoint)
+def warm_up(client: Client, entrypoint: str, workers: list[str] | None = None) -> None:
+    """Import torch and build the recipe on the workers (default: all), so a rank started later joins fast."""
+    client.run(_warm, entrypoint, workers=workers)
 
 
 def _warm(entrypoint: str) -> None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from distributed import Client, Future
 
 from elastic_tasks.board import EventKind, JobBoard, JobStatus, RankEvent
-from elastic_tasks.cluster import WorkerPool
+from elastic_tasks.cluster import WorkerPool, warm_up
 from elastic_tasks.protocol import FROM_CHECKPOINT, Plan, PlanKind, RankExit, RankResult, RankSpec, StepRecord, TrainConfig
 from elastic_tasks.recipe import load_entry_point
 from elastic_tasks.state import has_checkpoint
@@ -141,6 +141,7 @@ class JobCoordinator:
         self._monitor: threading.Thread | None = None
         self._status: JobStatus | None = None
         self._stopping: tuple[str, ...] = ()
+        self._results: dict[str, RankResult] = {}
 
     # -- public API ----------------------------------------------------------------------------
 
@@ -233,6 +234,9 @@ class JobCoordinator:
                 return None
             for uid in before:
                 self.futures[uid].result(timeout=self._startup_timeout())
+            # Hand finished ranks' results over now: a restarted worker would otherwise make
+            # the scheduler recompute the tasks whose results it held.
+            self._harvest()
             if restart_processes:
                 # Our own wait below, not restart_workers': it counts every worker of the cluster.
                 self.client.restart_workers(old_workers, timeout=self._startup_timeout(), raise_for_error=False)
@@ -241,6 +245,10 @@ class JobCoordinator:
             while len(self.pool.free()) < gpus and time.monotonic() < wait_until:
                 time.sleep(0.2)
             workers = self.pool.take(self.job_id, gpus)
+            if restart_processes:
+                # Fresh processes import torch and build the recipe first, as at cluster start
+                # (measured: part of the restart's pause).
+                warm_up(self.client, self.entrypoint, workers)
             version = self._next_version()
             uids = [self._launch(addr, version) for addr in workers]
             self._publish(Plan(version, PlanKind.RESCALE, tuple(uids), batch, source=FROM_CHECKPOINT))
@@ -282,13 +290,15 @@ class JobCoordinator:
         return self.collect()
 
     def collect(self) -> JobResult:
-        results: list[RankResult] = []
         for uid, fut in self.futures.items():
-            if fut.status == "finished" or (uid in (*self.members, *self._stopping) and fut.status == "pending"):
+            if uid in (*self.members, *self._stopping) and fut.status == "pending":
                 # Rank 0 announces the end just before its task returns: wait for the members.
-                results.append(fut.result(timeout=self._startup_timeout()))
-            elif fut.status != "error":
+                fut.result(timeout=self._startup_timeout())
+        self._harvest()
+        for fut in self.futures.values():
+            if fut.status != "error":
                 fut.cancel()  # joiners of a plan the job never reached
+        results = list(self._results.values())
         self.close()
         self.pool.give_back(self.worker_of.values())
         history: dict[int, StepRecord] = {}
@@ -452,6 +462,14 @@ class JobCoordinator:
                 # Not on the monitor thread: the switch waits for events the monitor delivers.
                 threading.Thread(target=self._remove_quietly, args=(event.uid,), daemon=True).start()
 
+    def _harvest(self) -> None:
+        """Move finished ranks' results into the coordinator and release their futures."""
+        for uid, fut in list(self.futures.items()):
+            if fut.status == "finished":
+                self._results[uid] = fut.result()
+                fut.release()
+                del self.futures[uid]
+
     def _remove_quietly(self, uid: str) -> None:
         try:
             outcome = self.replace(uid)
@@ -485,7 +503,9 @@ class JobCoordinator:
             survivors = tuple(u for u in members if u in reported and not self._dead(u))
             lost = tuple(u for u in members if u not in survivors)
             for uid in lost:
-                self.futures[uid].cancel()
+                fut = self.futures.get(uid)
+                if fut is not None:
+                    fut.cancel()
                 self.pool.give_back([self.worker_of[uid]])
             last_status = self.status()
             last_step = max([*reported.values(), last_status.step if last_status else 0])
