@@ -1,4 +1,4 @@
-"""End to end: the quickstart (fewer samples) through the CLI — Prefect flow run, MLflow runs, rescales."""
+"""End to end: the quickstart (half the samples) through the CLI — Prefect flow run, MLflow runs, rescales."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from flows.tracking import PARENT_TAG
 def test_quickstart_end_to_end(prefect_harness, tmp_path, monkeypatch):
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+    from prefect.client.schemas.sorting import FlowRunSort
 
     from flows.cli import app
     from flows.settings import load_settings
@@ -27,9 +28,11 @@ def test_quickstart_end_to_end(prefect_harness, tmp_path, monkeypatch):
         assert needle in result.output
 
     with get_client(sync_client=True) as client:
-        runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["quickstart"])))
+        # The sync client sends sort=None unless given, which this server version rejects (422).
+        newest = {"sort": FlowRunSort.START_TIME_DESC, "limit": 10}
+        runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["quickstart", "--scale", "0.5"])), **newest)
         assert runs and all(r.state is not None and r.state.is_completed() for r in runs)
-        cluster_runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["cluster"])))
+        cluster_runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["cluster"])), **newest)
         assert cluster_runs and cluster_runs[0].state.is_completed()
 
     settings = load_settings()
