@@ -2,7 +2,8 @@
 
 Two kinds of figures, as in the paper:
 
-* job-specific — per-iteration time (forward + backward + optimizer step) on one worker
+* job-specific — per-iteration time (batch collation + forward + backward + optimizer step,
+  collation optional) on one worker
   for a ladder of per-GPU batch sizes, warm-up excluded, median of n; and the largest
   per-GPU batch that fits (probed with out-of-memory errors on CUDA, a setting on CPU);
 * generic — allreduce time for p parameters on k workers, measured with real
@@ -65,6 +66,10 @@ class ProfileSettings:
     communication). ``allreduce_params``: parameter counts to time (default: an eighth, a
     half and all of the model's trainable parameters). ``threads``: torch intra-op threads
     while measuring (default: leave the process's setting); part of the hardware fingerprint.
+    ``include_data``: collate every timed iteration's batch from the data set inside the timed
+    region, as the elastic trainer's ranks do — with in-memory or synthetic data that work is on
+    the critical path, and a profile without it under-predicts a real step (measured: 1.5-3x
+    on CPU). False gives seed 000's pure processing time, right where a loader overlaps it.
     """
 
     batch_sizes: tuple[int, ...] = (8, 16, 32, 64)
@@ -78,6 +83,7 @@ class ProfileSettings:
     timeout_s: float = 120.0
     device: str = "cpu"
     threads: int | None = None
+    include_data: bool = True
 
     def __post_init__(self) -> None:
         owner = "ProfileSettings"
@@ -97,6 +103,8 @@ class ProfileSettings:
             isinstance(self.max_batch_per_gpu, int) and self.max_batch_per_gpu > 0
         ):
             raise ValueError(f"{owner}.max_batch_per_gpu={self.max_batch_per_gpu!r}: must be a positive integer")
+        if not isinstance(self.include_data, bool):
+            raise ValueError(f"{owner}.include_data={self.include_data!r}: must be true or false")
         if self.threads is not None and not (isinstance(self.threads, int) and not isinstance(self.threads, bool) and self.threads > 0):
             raise ValueError(f"{owner}.threads={self.threads!r}: must be a positive integer")
         if not (self.timeout_s > 0 and math.isfinite(self.timeout_s)):
@@ -169,20 +177,22 @@ def trainable_params(model: nn.Module) -> int:
 # --------------------------------------------------------------------------- compute
 
 
-def _sample_batch(recipe: TrainingRecipe, batch: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The first ``batch`` samples (cycling a small data set), stacked on ``device``."""
+def _sample_batch(recipe: TrainingRecipe, batch: int, device: torch.device, start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``batch`` samples from index ``start`` (cycling a small data set), stacked on ``device``."""
     n = len(recipe.dataset)  # type: ignore[arg-type]
-    xs, ys = zip(*(recipe.dataset[i % n] for i in range(batch)))
+    xs, ys = zip(*(recipe.dataset[(start + i) % n] for i in range(batch)))
     return torch.stack(xs).to(device), torch.stack([torch.as_tensor(y) for y in ys]).to(device)
 
 
 class _Stepper:
     """One model and optimizer on one device; ``step(b)`` runs a training iteration at batch b."""
 
-    def __init__(self, recipe: TrainingRecipe, device: torch.device) -> None:
+    def __init__(self, recipe: TrainingRecipe, device: torch.device, include_data: bool = False) -> None:
         torch.manual_seed(0)
         self.recipe = recipe
         self.device = device
+        self.include_data = include_data
+        self._cursor = 0  # where the next fresh batch starts, so no two steps reuse one
         self.model = recipe.build_model().to(device).train()
         self.optimizer = recipe.make_optimizer(self.model.parameters(), recipe.base_lr)
         self._batches: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -193,7 +203,11 @@ class _Stepper:
         return self._batches[b]
 
     def step(self, b: int) -> None:
-        x, y = self.batch(b)
+        if self.include_data:
+            x, y = _sample_batch(self.recipe, b, self.device, self._cursor)
+            self._cursor += b
+        else:
+            x, y = self.batch(b)
         self.optimizer.zero_grad(set_to_none=True)
         loss = self.recipe.loss_fn(self.model(x), y)
         loss.backward()
@@ -214,9 +228,11 @@ class _Stepper:
 def time_iterations(stepper: _Stepper, batch: int, warmup: int, repeats: int) -> float:
     """Median seconds of one forward+backward+step at ``batch``, after ``warmup`` untimed steps.
 
-    Data preparation is outside the timed region: seed 000's t_proc is processing time.
+    Data preparation is inside the timed region only when the stepper was built with
+    ``include_data`` (seed 000's t_proc is processing time; our ranks also collate).
     """
-    stepper.batch(batch)
+    if not stepper.include_data:
+        stepper.batch(batch)
     for _ in range(warmup):
         stepper.step(batch)
     stepper.sync()
@@ -454,7 +470,7 @@ def _intra_op_threads(threads: int | None) -> Iterator[None]:
 
 def _profile_recipe(recipe: TrainingRecipe, settings: ProfileSettings, allreduce: AllreduceModel | None) -> ProfileReport:
     device = torch.device(settings.device)
-    stepper = _Stepper(recipe, device)
+    stepper = _Stepper(recipe, device, settings.include_data)
     num_params = trainable_params(stepper.model)
 
     if settings.max_batch_per_gpu is not None:
@@ -503,6 +519,7 @@ def cache_key(recipe: TrainingRecipe, settings: ProfileSettings, allreduce: Allr
         "repeats": settings.repeats,
         "max_batch_per_gpu": settings.max_batch_per_gpu,
         "probe_limit": settings.probe_limit if settings.max_batch_per_gpu is None else None,
+        "include_data": settings.include_data,
         "allreduce": (
             [allreduce.latency_s, allreduce.seconds_per_param]
             if allreduce is not None

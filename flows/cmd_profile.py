@@ -71,6 +71,7 @@ def profile_command(
     device: Annotated[str, typer.Option("--device", help="cpu or cuda[:N].")] = "cpu",
     threads: Annotated[int | None, typer.Option("--threads", help="torch intra-op threads while measuring (default: torch's).")] = None,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds for process-group init and each collective.")] = 120.0,
+    include_data: Annotated[bool, typer.Option("--include-data/--compute-only", help="Time batch collation with each iteration, as the trainer does (default), or compute only (seed 000's t_proc).")] = True,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the profile JSON here.")] = None,
     cache_dir: Annotated[Path | None, typer.Option("--cache-dir", help="Reuse/store profiles keyed by model and hardware.")] = None,
     refresh: Annotated[bool, typer.Option("--refresh", help="Measure even if the cache holds this profile.")] = False,
@@ -87,6 +88,7 @@ def profile_command(
             timeout_s=timeout,
             device=device,
             threads=threads,
+            include_data=include_data,
         )
         recipe = _load(entrypoint)
         report = profile_cached(recipe, settings, None if cache_dir is None else ProfileCache(cache_dir), refresh=refresh)

@@ -54,10 +54,12 @@ def profile_flow(
     device: str = "cpu",
     allreduce: AllreduceModel | None = None,
     threads: int | None = 1,
+    include_data: bool = True,
 ) -> ThroughputProfile:
     """Profile ``entrypoint`` (cached by model + hardware + settings) and publish it as a table.
 
-    ``threads=1`` matches the elastic trainer's ranks (one torch thread per GPU worker).
+    ``threads=1`` and ``include_data`` match the elastic trainer's ranks (one torch thread per
+    GPU worker, each step collates its own batch).
     """
     settings = ProfileSettings(
         threads=threads,
@@ -66,6 +68,7 @@ def profile_flow(
         repeats=repeats,
         warmup=warmup,
         device=device,
+        include_data=include_data,
     )
     data = measure_profile(entrypoint, settings, allreduce)
     profile = profile_from_dict(data, f"profile of {entrypoint}")

@@ -1,5 +1,6 @@
 """Profiler: real timings on CPU, real gloo allreduce in spawned processes, JSON and cache."""
 
+import dataclasses
 import json
 
 import pytest
@@ -200,3 +201,44 @@ def test_failing_ranks_raise_and_leave_no_process_behind():
     with pytest.raises(ProfilerError, match="allreduce on 2 workers failed: rank .*can't allocate memory"):
         measure_allreduce((10**13,), (2,), timeout_s=30)
     assert mp.active_children() == []
+
+
+class _CountingDataset(torch.utils.data.Dataset):
+    """Wraps a data set and records every index read, to see where collation happens."""
+
+    def __init__(self, inner: torch.utils.data.Dataset) -> None:
+        self.inner = inner
+        self.reads: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.inner)  # type: ignore[arg-type]
+
+    def __getitem__(self, i: int):
+        self.reads.append(i)
+        return self.inner[i]
+
+
+@pytest.mark.parametrize("include_data", [True, False])
+def test_include_data_collates_a_fresh_batch_every_iteration(include_data):
+    base = mlp_tiny()
+    counting = _CountingDataset(base.dataset)
+    recipe = dataclasses.replace(base, dataset=counting)
+    settings = ProfileSettings(batch_sizes=(8,), warmup=1, repeats=3, include_data=include_data)
+    profile_recipe(recipe, settings, allreduce=NO_COMM)
+    if include_data:
+        # every warm-up and timed iteration reads its own 8 samples, as a rank's step does
+        assert counting.reads == list(range(8 * 4))
+    else:
+        assert counting.reads == list(range(8))  # one batch, built before timing, reused
+
+
+def test_include_data_is_part_of_the_cache_key():
+    recipe = mlp_tiny()
+    with_data = cache_key(recipe, ProfileSettings(batch_sizes=(4,)), NO_COMM)
+    compute_only = cache_key(recipe, ProfileSettings(batch_sizes=(4,), include_data=False), NO_COMM)
+    assert with_data != compute_only
+
+
+def test_include_data_must_be_a_bool():
+    with pytest.raises(ValueError, match=r"ProfileSettings\.include_data='yes'"):
+        ProfileSettings(include_data="yes")  # type: ignore[arg-type]
