@@ -193,20 +193,31 @@ class JobCoordinator:
             pending = self._publish_regroup(before, keep, added, max(self.global_batch, len(keep) + len(added)), at_step)
         return self._await_regroup(pending)
 
-    def _publish_regroup(self, before: tuple[str, ...], keep: tuple[str, ...], added: list[str], batch: int, at_step: int | None) -> _Pending:
-        """Launch ranks on ``added`` workers, let them get ready while the job trains, publish the plan."""
+    def _publish_regroup(self, before: tuple[str, ...], keep: tuple[str, ...], added: list[str], batch: int, at_step: int | None) -> _Pending | None:
+        """Launch ranks on ``added`` workers, let them get ready while the job trains, publish the plan.
+
+        None if the job finished while the new ranks got ready: they are told to leave.
+        """
         version = self._next_version()
         t0 = time.time()
         new = [self._launch(addr, version) for addr in added]
         if new and not self._wait_ready(new, self._startup_timeout()):
-            raise JobFailed(f"job {self.job_id}: new ranks {new} did not become ready")
+            if self.finished:
+                # A joiner waits for its plan version; a stop plan sends it home at once rather
+                # than holding its worker until the plan wait times out.
+                self._publish(Plan(version, PlanKind.STOP, (), batch))
+                self.pool.give_back(added)
+                return None
+            raise JobFailed(f"job {self.job_id}: new ranks {new} did not become ready; {self._occupancy(added)}")
         members = tuple(keep) + tuple(new)
         plan = Plan(version, PlanKind.RESCALE, members, batch, at_step=at_step, source=members[0] if new else None)
         self._publish(plan)
         return _Pending(plan, before, time.time() - t0)
 
-    def _await_regroup(self, pending: _Pending) -> RescaleOutcome | None:
+    def _await_regroup(self, pending: _Pending | None) -> RescaleOutcome | None:
         # Outside the plan lock: a failure meanwhile must be able to start recovery.
+        if pending is None:
+            return None
         plan = pending.plan
         event = self._wait_applied(plan.version, self._startup_timeout() + self._eta_s(plan.at_step))
         if event is None:
@@ -328,6 +339,14 @@ class JobCoordinator:
 
     # -- internals -----------------------------------------------------------------------------
 
+    def _occupancy(self, workers: list[str]) -> str:
+        """What each worker is running now, for an error that says why a rank never started."""
+        try:
+            busy = self.client.processing(workers)
+        except Exception as exc:  # noqa: BLE001 - a diagnostic must not hide the real error
+            return f"worker occupancy unknown ({type(exc).__name__})"
+        return "running on those workers: " + ", ".join(f"{w}: {list(busy.get(w, ())) or 'nothing'}" for w in workers)
+
     def _startup_timeout(self) -> float:
         return max(120.0, 4 * self.config.timeout_s)
 
@@ -380,7 +399,10 @@ class JobCoordinator:
         return None
 
     def _wait_ready(self, uids: list[str], timeout: float) -> bool:
-        return bool(self._wait_for(lambda e: all(u in e.ready for u in uids), timeout))
+        """True once every rank in ``uids`` is ready; False on timeout or if the job finished first
+        (a joiner that finds the job's final checkpoint never reports ready)."""
+        ready = self._wait_for(lambda e: "finished" if e.finished else ("ready" if all(u in e.ready for u in uids) else None), timeout)
+        return ready == "ready"
 
     def _wait_applied(self, version: int, timeout: float) -> RankEvent | None:
         def applied(e: _Events) -> object:

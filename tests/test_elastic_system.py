@@ -241,3 +241,29 @@ def test_hybrid_scaling_accumulation_keeps_the_curve_and_lr_ramps_with_the_batch
     assert batch[9] == BATCH and batch[10] == 2 * BATCH
     assert lr[10] == pytest.approx(base) and lr[12] == pytest.approx(base * 1.4) and lr[15] == pytest.approx(2 * base)
     assert result.samples_seen == 10 * BATCH + (STEPS - 10) * 2 * BATCH
+
+
+@pytest.mark.parametrize("checkpointed", [True, False])
+def test_grow_racing_the_jobs_end_returns_none_and_frees_the_workers(client, tmp_path, checkpointed):
+    # The loop decides to grow a job in the same instant its last step ends: the coordinator has
+    # not collected it yet, so it still has members. The grow must give up at once, send the
+    # joiners home and hand their workers back (before: it waited the whole start-up timeout
+    # for ranks that never report ready, then failed the cluster run).
+    cfg = {"checkpoint_dir": str(tmp_path)} if checkpointed else {}
+    job = _job(client, f"race-{checkpointed}", **cfg)
+    job.start(1)
+    deadline = time.monotonic() + 60
+    while not job.finished and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert job.finished and job.members, "the job should have ended but not yet been collected"
+    t0 = time.monotonic()
+    assert job.rescale(3) is None
+    assert time.monotonic() - t0 < 15
+    result = job.wait(60)
+    assert result.finished and result.steps == STEPS
+    # every worker is free again and takes a new rank at once
+    pool = WorkerPool(client)
+    assert len(pool.free()) == 3
+    follow = _job(client, f"after-race-{checkpointed}")
+    follow.start(3)
+    assert follow.wait(60).finished
