@@ -111,8 +111,9 @@ class DaskExecutor:
                 events.append(RescaleEvent(now, job_id, None, after, RescaleKind.START, outcome.pause_s, measured=True))
             else:
                 outcome = job.rescale(after.gpus, after.batch)
-                cost = outcome.pause_s if outcome is not None else 0.0
-                events.append(RescaleEvent(now, job_id, before, after, RescaleKind.IN_PLACE, cost, measured=True))
+                if outcome is None:
+                    continue  # the job ended first: nothing was rescaled, its completion frees it
+                events.append(RescaleEvent(now, job_id, before, after, RescaleKind.IN_PLACE, outcome.pause_s, measured=True))
         return events
 
     def progress(self, job_id: str, now: float) -> float:
