@@ -14,8 +14,11 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+import dask
 from distributed import Client, SpecCluster
 from distributed.deploy.subprocess import SubprocessCluster
+
+from elastic_tasks.cluster import training_worker_config
 
 GPU_RESOURCE = "GPU"
 K8S_GPU = "nvidia.com/gpu"
@@ -29,17 +32,34 @@ def local_cluster(workers: int, *, memory_limit: str | int = 0, dashboard: bool 
     Workers run in their own ``dask spec`` subprocesses rather than ``LocalCluster``'s
     spawned children: spawn re-imports the caller's ``__main__`` in every worker, which from
     the CLI is prefect + mlflow + torch — about 35 s instead of 8 s for four workers on two
-    cores. The working directory goes on the workers' path so local entry points import.
+    cores. The working directory goes on the workers' path so local entry points import, and
+    the workers' nanny gets the allocator settings training needs (``training_worker_config``).
     """
     if not (isinstance(workers, int) and workers >= 1):
         raise ValueError(f"workers={workers!r}: must be a positive integer")
-    with _cwd_on_pythonpath():
+    with _cwd_on_pythonpath(), _inherit_dask_config(training_worker_config()):
         return SubprocessCluster(
             n_workers=workers,
             threads_per_worker=1,
             worker_kwargs={"resources": {GPU_RESOURCE: 1}, "memory_limit": memory_limit},
             dashboard_address=":0" if dashboard else None,
         )
+
+
+@contextmanager
+def _inherit_dask_config(config: dict) -> Iterator[None]:
+    """Hand ``config`` to ``dask spec`` subprocesses through the variable Dask reads at import
+    (``DASK_*`` variables would lower-case the keys, and environment names are case-sensitive)."""
+    before = os.environ.get("DASK_INTERNAL_INHERIT_CONFIG")
+    merged = dask.config.merge(dask.config.deserialize(before) if before else {}, config)
+    os.environ["DASK_INTERNAL_INHERIT_CONFIG"] = dask.config.serialize(merged)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("DASK_INTERNAL_INHERIT_CONFIG", None)
+        else:
+            os.environ["DASK_INTERNAL_INHERIT_CONFIG"] = before
 
 
 @contextmanager

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 import yaml
+from distributed import Client
 
 from deploy.clusters import GPU_RESOURCE, K8S_GPU, KubeSpec, connect, gpu_workers, kube_cluster_spec
+from elastic_tasks.cluster import TRAINING_WORKER_ENV, local_gpu_cluster
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -96,3 +99,14 @@ def test_local_cluster_has_one_gpu_worker_per_virtual_gpu():
         assert len(workers) == 3
         info = client.scheduler_info(n_workers=-1)["workers"]
         assert all(info[w]["nthreads"] == 1 and info[w]["resources"] == {GPU_RESOURCE: 1} for w in workers)
+        # training workers start with glibc's mmap threshold pinned (see elastic_tasks.cluster)
+        env = client.run(lambda: os.environ.get("MALLOC_MMAP_THRESHOLD_"))
+        assert set(env.values()) == {TRAINING_WORKER_ENV["MALLOC_MMAP_THRESHOLD_"]}
+    assert "DASK_INTERNAL_INHERIT_CONFIG" not in os.environ  # the caller's environment is restored
+
+
+@pytest.mark.slow
+def test_local_gpu_cluster_workers_get_the_training_malloc_setting():
+    with local_gpu_cluster(1) as cluster, Client(cluster) as client:
+        env = client.run(lambda: os.environ.get("MALLOC_MMAP_THRESHOLD_"))
+        assert set(env.values()) == {TRAINING_WORKER_ENV["MALLOC_MMAP_THRESHOLD_"]}
