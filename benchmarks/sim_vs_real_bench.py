@@ -22,12 +22,13 @@ from pathlib import Path
 import yaml
 
 
-def trainer_step_times(entrypoint: str, batches: list[int], steps: int) -> list[float]:
-    """Median step time of the elastic trainer itself on one worker, per per-GPU batch.
+def calibrate_on_one_worker(entrypoint: str, batches: list[int], steps: int) -> tuple[list[float], float]:
+    """The elastic trainer itself on one worker: median step time per per-GPU batch, and the
+    fixed seconds a job costs beyond its steps.
 
-    The profiler times forward+backward+optimizer on a ready batch; a rank's step also fetches
-    its samples, runs the per-step agreement collective and reports progress. This measures
-    the step the jobs will really take, with the same code, on one worker of the same kind.
+    The fixed part is what a job pays once whatever its length — rank launch and rendezvous,
+    the final evaluation, noticing the end — measured as the wall time from ``start`` to a
+    collected result minus the job's own step times. The simulator charges it as its start cost.
     """
     from distributed import Client
 
@@ -36,16 +37,19 @@ def trainer_step_times(entrypoint: str, batches: list[int], steps: int) -> list[
     from elastic_tasks.coordinator import JobCoordinator
     from elastic_tasks.protocol import TrainConfig
 
-    out = []
+    step_s, fixed_s = [], []
     with connect("local", workers=1) as client:
         assert isinstance(client, Client)
         warm_up(client, entrypoint)
         for b in batches:
-            job = JobCoordinator(client, WorkerPool(client), f"calibrate-{b}", entrypoint, TrainConfig(global_batch=b, max_steps=steps, evaluate=False))
+            job = JobCoordinator(client, WorkerPool(client), f"calibrate-{b}", entrypoint, TrainConfig(global_batch=b, max_steps=steps))
+            t0 = time.monotonic()
             job.start(1, b)
             result = job.wait(timeout=300)
-            out.append(statistics.median(r.step_time_s for r in result.ranks if r.step_time_s > 0))
-    return out
+            wall = time.monotonic() - t0
+            step_s.append(statistics.median(r.step_time_s for r in result.ranks if r.step_time_s > 0))
+            fixed_s.append(wall - sum(h.wall_s for h in result.history))
+    return step_s, statistics.median(fixed_s)
 
 
 def main() -> None:
@@ -55,8 +59,8 @@ def main() -> None:
     ap.add_argument("--interval", type=float, default=5.0)
     ap.add_argument("--samples", type=int, nargs=3, default=[16384, 8192, 8192])
     ap.add_argument("--arrivals", type=float, nargs=3, default=[0.0, 8.0, 16.0])
-    ap.add_argument("--in-place-cost", type=float, default=1.0, help="simulator's seconds lost per in-place rescale")
-    ap.add_argument("--calibrate", action="store_true", help="replace the profiler's iteration times by the trainer's own step times on one worker")
+    ap.add_argument("--in-place-cost", type=float, default=0.05, help="simulator's seconds lost per in-place rescale (measured pause of a small model on CPU: 0.02-0.05 s)")
+    ap.add_argument("--calibrate", action="store_true", help="replace the profiler's iteration times by the trainer's own step times on one worker, and charge its measured fixed per-job cost as the start cost")
     args = ap.parse_args()
 
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -73,11 +77,12 @@ def main() -> None:
     profile = profile_flow(f"elastic_tasks.examples:{args.model}", batch_sizes=[16, 32, 64, 128], repeats=5, warmup=2)
     profile_s = time.monotonic() - t0
     profiled_iter_s = dict(zip(map(str, profile.batch_sizes), (round(t, 4) for t in profile.iter_times_s)))
+    start_cost_s = 0.0
     if args.calibrate:
         import dataclasses
 
-        measured = trainer_step_times(f"elastic_tasks.examples:{args.model}", list(profile.batch_sizes), steps=20)
-        print("trainer step s per batch:", dict(zip(profile.batch_sizes, (round(t, 4) for t in measured))))
+        measured, start_cost_s = calibrate_on_one_worker(f"elastic_tasks.examples:{args.model}", list(profile.batch_sizes), steps=20)
+        print("trainer step s per batch:", dict(zip(profile.batch_sizes, (round(t, 4) for t in measured))), f"fixed per-job cost {start_cost_s:.2f} s")
         profile = dataclasses.replace(profile, iter_times_s=tuple(max(measured[: i + 1]) for i in range(len(measured))))
     jobs_file = state / "jobs.yaml"
     jobs_file.write_text(
@@ -95,7 +100,7 @@ def main() -> None:
         )
     )
 
-    sim = simulate_flow(str(jobs_file), gpus=args.workers, interval_s=args.interval, react=True, in_place_cost_s=args.in_place_cost, run_name="simulated")
+    sim = simulate_flow(str(jobs_file), gpus=args.workers, interval_s=args.interval, react=True, in_place_cost_s=args.in_place_cost, start_cost_s=start_cost_s, run_name="simulated")
     real = cluster_flow(str(jobs_file), workers=args.workers, interval_s=args.interval, react=True, run_name="real")
 
     sim_jct = {o.job_id: o.jct_s for o in sim.outcomes}
@@ -110,17 +115,21 @@ def main() -> None:
     print("sim events: ", sim_events)
     from allocator.throughput import t_comm, t_proc
 
-    step_gap = {}
+    # Per generation (world size x batch) of each job: the median measured step against the model.
+    step_gap: dict[str, list[dict]] = {}
     for j, r in sorted(real.job_results.items()):
-        last = [rank for rank in r.ranks if rank.step_time_s > 0]
-        if not last or not r.history:
-            continue
-        final = r.history[-1]
-        per_gpu = -(-final.global_batch // final.world_size)
-        modelled = t_proc(profile, per_gpu) + t_comm(profile.allreduce, profile.num_params, final.world_size)
-        measured = statistics.median(rank.step_time_s for rank in last)
-        step_gap[j] = {"gpus": final.world_size, "batch": final.global_batch, "measured_step_s": round(measured, 4), "modelled_step_s": round(modelled, 4)}
-        print(f"{j}: last generation {final.world_size} GPUs x batch {final.global_batch}: step {measured * 1000:.1f} ms measured vs {modelled * 1000:.1f} ms modelled")
+        generations: list[list] = []
+        for h in r.history:
+            if not generations or (generations[-1][0].world_size, generations[-1][0].global_batch) != (h.world_size, h.global_batch):
+                generations.append([])
+            generations[-1].append(h)
+        for gen in generations:
+            first = gen[0]
+            per_gpu = -(-first.global_batch // first.world_size)
+            modelled = t_proc(profile, per_gpu) + t_comm(profile.allreduce, profile.num_params, first.world_size)
+            measured = statistics.median(h.wall_s for h in gen)
+            step_gap.setdefault(j, []).append({"gpus": first.world_size, "batch": first.global_batch, "steps": len(gen), "measured_step_s": round(measured, 4), "modelled_step_s": round(modelled, 4)})
+            print(f"{j}: {len(gen)} steps on {first.world_size} GPUs x batch {first.global_batch}: median step {measured * 1000:.1f} ms measured vs {modelled * 1000:.1f} ms modelled")
     in_place = [e.cost_s for e in real.result.events if e.kind.value == "in_place"]
     print(
         json.dumps(
@@ -131,6 +140,8 @@ def main() -> None:
                 "profiler_iter_s": profiled_iter_s,
                 "sim_iter_s": dict(zip(map(str, profile.batch_sizes), (round(t, 4) for t in profile.iter_times_s))),
                 "profile_s": round(profile_s, 1),
+                "sim_start_cost_s": round(start_cost_s, 2),
+                "sim_in_place_cost_s": args.in_place_cost,
                 "jct_sim_s": {j: round(v, 2) for j, v in sorted(sim_jct.items())},
                 "jct_real_s": {j: round(v, 2) for j, v in sorted(real_jct.items())},
                 "jct_diff_pct": {j: round(v, 1) for j, v in sorted(diff.items())},
@@ -142,7 +153,7 @@ def main() -> None:
                 "rescales_real": len(in_place),
                 "real_in_place_pause_s_median": round(statistics.median(in_place), 3) if in_place else None,
                 "real_wall_s": round(real.wall_s, 1),
-                "step_time_last_generation": step_gap,
+                "step_time_per_generation": step_gap,
             }
         )
     )

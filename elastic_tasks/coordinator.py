@@ -15,6 +15,7 @@ import itertools
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -121,7 +122,10 @@ class JobCoordinator:
         # Fail here, in the caller's process, before any rank task exists.
         load_entry_point(entrypoint)
         self.client, self.pool, self.job_id, self.entrypoint, self.config = client, pool, job_id, entrypoint, config
-        self.board = JobBoard(job_id, client)
+        # Scheduler-side state (plans, events, "started" marks, task keys) outlives a run on a
+        # long-lived scheduler: a fresh token keeps a re-run of this job id from reading it.
+        self.board_id = f"{job_id}.{uuid.uuid4().hex[:8]}"
+        self.board = JobBoard(self.board_id, client)
         self.delays = dict(delays or {})  # launch order -> injected seconds per step
         self.on_straggler = on_straggler
         self.remove_stragglers = remove_stragglers
@@ -369,10 +373,10 @@ class JobCoordinator:
     def _launch(self, worker: str, version: int) -> str:
         n = next(self._counter)
         uid = f"{self.job_id}-r{n}"
-        spec = RankSpec(self.job_id, uid, self.entrypoint, self.config, version, delay_s=self.delays.get(n, 0.0))
+        spec = RankSpec(self.board_id, uid, self.entrypoint, self.config, version, delay_s=self.delays.get(n, 0.0))
         self.worker_of[uid] = worker
         self.futures[uid] = self.client.submit(
-            run_rank, spec, key=f"malleable-rank-{uid}", workers=[worker], allow_other_workers=False, resources={"GPU": 1}, pure=False
+            run_rank, spec, key=f"malleable-rank-{self.board_id}-r{n}", workers=[worker], allow_other_workers=False, resources={"GPU": 1}, pure=False
         )
         return uid
 

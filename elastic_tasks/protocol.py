@@ -124,9 +124,13 @@ class Plan:
 
 @dataclass(frozen=True, slots=True)
 class RankSpec:
-    """What one rank task needs: which job, who it is, and which plan version it joins at."""
+    """What one rank task needs: which job's board, who it is, and which plan version it joins at.
 
-    job_id: str
+    ``board_id`` names the job's control plane on the scheduler: the job id plus a token of
+    this coordinator, so running a job id again on a long-lived scheduler starts clean.
+    """
+
+    board_id: str
     uid: str
     entrypoint: str
     config: TrainConfig

@@ -63,8 +63,8 @@ class CollectiveFailure(RuntimeError):
 
 
 def run_rank(spec: RankSpec) -> RankResult:
-    """Dask task: train as rank ``spec.uid`` of job ``spec.job_id`` until the job ends or the rank leaves."""
-    board = JobBoard(spec.job_id, get_client())
+    """Dask task: train as rank ``spec.uid`` on board ``spec.board_id`` until the job ends or the rank leaves."""
+    board = JobBoard(spec.board_id, get_client())
     # Dask re-runs the tasks of a dead worker elsewhere; a rank's identity lives once only.
     if not board.mark_started(spec.uid):
         return RankResult(spec.uid, RankExit.DUPLICATE, step=0, samples_seen=0)

@@ -43,8 +43,8 @@ def load_jobs(jobs_file: str) -> tuple[tuple[JobSpec, ...], int | None, str | No
 
 
 @task(name="simulate-loop")
-def simulate_loop(jobs: Sequence[JobSpec], policy: str, capacity: int, settings: LoopSettings, in_place_cost_s: float) -> LoopResult:
-    return simulate(jobs, make_policy(policy), capacity, settings, RescaleCost(in_place_s=in_place_cost_s))
+def simulate_loop(jobs: Sequence[JobSpec], policy: str, capacity: int, settings: LoopSettings, in_place_cost_s: float, start_cost_s: float = 0.0) -> LoopResult:
+    return simulate(jobs, make_policy(policy), capacity, settings, RescaleCost(in_place_s=in_place_cost_s, start_s=start_cost_s))
 
 
 @task(name="record-mlflow", retries=2, retry_delay_seconds=2)
@@ -63,17 +63,22 @@ def simulate_flow(
     react: bool = True,
     in_place_cost_s: float = 1.0,
     run_name: str | None = None,
+    start_cost_s: float = 0.0,
 ) -> SimulateOutcome:
-    """Simulate ``jobs_file`` under a policy and record it in MLflow (parent + nested runs)."""
+    """Simulate ``jobs_file`` under a policy and record it in MLflow (parent + nested runs).
+
+    ``in_place_cost_s`` / ``start_cost_s``: seconds of progress a job loses per in-place rescale
+    and once when it starts (rank launch, rendezvous, final evaluation of a real run).
+    """
     settings = load_settings(policy=policy, interval_s=interval_s, overflow=overflow)
     jobs, file_gpus, file_policy = load_jobs(jobs_file)
     capacity = gpus or file_gpus or settings.workers
     chosen = policy or file_policy or settings.policy
     loop_settings = LoopSettings(interval_s=settings.interval_s, overflow=OverflowMode(settings.overflow), react_to_events=react)
     start_ms = int(time.time() * 1000)
-    result = simulate_loop(jobs, chosen, capacity, loop_settings, in_place_cost_s)
+    result = simulate_loop(jobs, chosen, capacity, loop_settings, in_place_cost_s, start_cost_s)
     name = run_name or f"simulate-{Path(jobs_file).stem}-{chosen}"
-    recorded = record_simulation(name, result, jobs, start_ms, {"jobs_file": str(jobs_file), "in_place_cost_s": in_place_cost_s})
+    recorded = record_simulation(name, result, jobs, start_ms, {"jobs_file": str(jobs_file), "in_place_cost_s": in_place_cost_s, "start_cost_s": start_cost_s})
     publish_results(
         "simulate",
         result,

@@ -267,3 +267,15 @@ def test_grow_racing_the_jobs_end_returns_none_and_frees_the_workers(client, tmp
     follow = _job(client, f"after-race-{checkpointed}")
     follow.start(3)
     assert follow.wait(60).finished
+
+
+def test_a_job_id_runs_again_on_the_same_scheduler(client):
+    # A long-lived scheduler (deploy kind "address") keeps each job's plans, events and
+    # started-marks; a second run of the same id must not read the first run's.
+    client.wait_for_workers(3, timeout=60)
+    for _ in range(2):
+        job = JobCoordinator(client, WorkerPool(client), "same-id", ENTRY, TrainConfig(global_batch=BATCH, max_steps=5, timeout_s=20.0))
+        job.start(2)
+        result = job.wait(60)
+        assert result.finished and result.steps == 5
+        assert all(r.exit != RankExit.DUPLICATE for r in result.ranks)
