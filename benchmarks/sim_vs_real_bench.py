@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import statistics
 import tempfile
@@ -131,6 +132,8 @@ def main() -> None:
             step_gap.setdefault(j, []).append({"gpus": first.world_size, "batch": first.global_batch, "steps": len(gen), "measured_step_s": round(measured, 4), "modelled_step_s": round(modelled, 4)})
             print(f"{j}: {len(gen)} steps on {first.world_size} GPUs x batch {first.global_batch}: median step {measured * 1000:.1f} ms measured vs {modelled * 1000:.1f} ms modelled")
     in_place = [e.cost_s for e in real.result.events if e.kind.value == "in_place"]
+    # Prefect's ephemeral server says goodbye at exit; keep the JSON the last line of output.
+    logging.getLogger("prefect").setLevel(logging.WARNING)
     print(
         json.dumps(
             {
