@@ -96,17 +96,23 @@ class _Courier(threading.Thread):
         self.status: JobStatus | None = None
         self._sent: JobStatus | None = None
         self._stop = threading.Event()
+        self._seen_lock = threading.Lock()  # the courier and the rank's refresh() both raise it
 
     def _see(self, version: int | None) -> None:
-        if version is not None and version > self.seen_version:
-            self.seen_version = int(version)
+        with self._seen_lock:
+            if version is not None and version > self.seen_version:
+                self.seen_version = int(version)
 
     def run(self) -> None:
         last_poll = last_push = 0.0
         while not self._stop.is_set():
             try:
-                if self.board.wait_published(self.seen_version + 1, timeout=_WAIT_S):
-                    self._see(self.seen_version + 1)
+                # The version waited for, fixed before the wait: the rank's own refresh() may
+                # raise seen_version meanwhile, and re-reading it here would claim a version
+                # nobody has published yet (ranks then wait for it and fail the generation).
+                target = self.seen_version + 1
+                if self.board.wait_published(target, timeout=_WAIT_S):
+                    self._see(target)
             except Exception:  # noqa: BLE001 - the worker is closing; the stop flag ends us
                 self._stop.wait(_WAIT_S)
             now = time.monotonic()

@@ -164,3 +164,49 @@ def test_config_and_plan_reject_bad_values():
     with pytest.raises(ValueError, match="Plan.source"):
         Plan(0, PlanKind.START, ("a",), 2, source="z")
     assert Plan(1, "rescale", ("a",), 4, source=FROM_CHECKPOINT).kind is PlanKind.RESCALE
+
+
+class _RacingBoard:
+    """Plan version 1 gets published while the courier long-polls for it, and the rank's own
+    refresh() reads the latest version (1) before the courier's wait returns."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.latest = 0
+        self.waiting = threading.Event()
+        self.release = threading.Event()
+
+    def wait_published(self, version: int, timeout: float) -> bool:
+        if version == 1:
+            self.waiting.set()
+            self.release.wait(5)
+            return True
+        self.release.wait(timeout)  # nothing newer is ever published
+        return False
+
+    def latest_version(self) -> int:
+        return self.latest
+
+    def set_status(self, status) -> None:  # pragma: no cover - no status in this test
+        pass
+
+
+def test_courier_never_claims_a_version_nobody_published():
+    import time
+
+    from elastic_tasks.trainer import _Courier
+
+    board = _RacingBoard()
+    courier = _Courier(board)  # type: ignore[arg-type]
+    courier.seen_version = 0
+    courier.start()
+    try:
+        assert board.waiting.wait(5)
+        board.latest = 1
+        assert courier.refresh() == 1  # the rank learns of version 1 first...
+        board.release.set()  # ...then the courier's long-poll for version 1 returns
+        time.sleep(0.2)
+        assert courier.seen_version == 1
+    finally:
+        courier.stop()
