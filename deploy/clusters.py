@@ -18,7 +18,7 @@ import dask
 from distributed import Client, SpecCluster
 from distributed.deploy.subprocess import SubprocessCluster
 
-from elastic_tasks.cluster import training_worker_config
+from elastic_tasks.cluster import TRAINING_WORKER_ENV, training_worker_config
 
 GPU_RESOURCE = "GPU"
 K8S_GPU = "nvidia.com/gpu"
@@ -113,7 +113,7 @@ def kube_cluster_spec(spec: KubeSpec) -> dict:
     """The DaskCluster resource (a plain dict; built offline, nothing contacts a cluster)."""
     from dask_kubernetes.operator import make_cluster_spec
 
-    env = dict(spec.env)
+    env = {**TRAINING_WORKER_ENV, **spec.env}
     cluster = copy.deepcopy(make_cluster_spec(name=spec.name, image=spec.image, n_workers=spec.workers, env=env or None))
     cluster["metadata"]["namespace"] = spec.namespace
     worker = cluster["spec"]["worker"]["spec"]["containers"][0]

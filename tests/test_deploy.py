@@ -28,6 +28,7 @@ def test_kubernetes_spec_has_a_gpu_worker_group():
     assert args[args.index("--resources") + 1] == f"{GPU_RESOURCE}=1"
     assert args[args.index("--nthreads") + 1] == "1"
     assert {"name": "MALLEABLE_TRACKING_URI", "value": "http://mlflow:5000"} in worker["env"]
+    assert {"name": "MALLOC_MMAP_THRESHOLD_", "value": TRAINING_WORKER_ENV["MALLOC_MMAP_THRESHOLD_"]} in worker["env"]
     assert worker["securityContext"]["runAsNonRoot"] is True
     scheduler = spec["spec"]["scheduler"]["spec"]["containers"][0]
     assert K8S_GPU not in str(scheduler.get("resources"))  # the scheduler needs no GPU
