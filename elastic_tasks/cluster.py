@@ -43,8 +43,18 @@ def local_gpu_cluster(n_workers: int, *, threads_per_worker: int = 1, memory_lim
 
 
 def warm_up(client: Client, entrypoint: str, workers: list[str] | None = None) -> None:
-    """Import torch and build the recipe on the workers (default: all), so a rank started later joins fast."""
+    """Import torch and build the recipe on the workers (default: all), so a rank started later joins fast.
+
+    The scheduler imports the trainer too: it unpickles every submitted task, so the first
+    rank task would otherwise make it import torch while the job's start waits (measured:
+    the first job's plan publish took 1.3-1.9 s, later ones 0.01 s).
+    """
     client.run(_warm, entrypoint, workers=workers)
+    client.run_on_scheduler(_import_trainer)
+
+
+def _import_trainer() -> None:
+    import elastic_tasks.trainer  # noqa: F401  (what a rank task's pickle refers to)
 
 
 def _warm(entrypoint: str) -> None:

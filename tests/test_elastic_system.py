@@ -279,3 +279,15 @@ def test_a_job_id_runs_again_on_the_same_scheduler(client):
         result = job.wait(60)
         assert result.finished and result.steps == 5
         assert all(r.exit != RankExit.DUPLICATE for r in result.ranks)
+
+
+def _trainer_imported() -> bool:
+    import sys
+
+    return "elastic_tasks.trainer" in sys.modules
+
+
+def test_warm_up_prepares_the_scheduler_to_unpickle_rank_tasks(client):
+    # The scheduler unpickles each submitted task; without this the first job's start waited
+    # while the scheduler imported torch (1.3-1.9 s measured).
+    assert client.run_on_scheduler(_trainer_imported)
