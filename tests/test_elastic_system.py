@@ -281,13 +281,16 @@ def test_a_job_id_runs_again_on_the_same_scheduler(client):
         assert all(r.exit != RankExit.DUPLICATE for r in result.ranks)
 
 
-def _trainer_imported() -> bool:
-    import sys
-
-    return "elastic_tasks.trainer" in sys.modules
-
-
-def test_warm_up_prepares_the_scheduler_to_unpickle_rank_tasks(client):
+def test_warm_up_prepares_the_scheduler_to_unpickle_rank_tasks():
     # The scheduler unpickles each submitted task; without this the first job's start waited
-    # while the scheduler imported torch (1.3-1.9 s measured).
-    assert client.run_on_scheduler(_trainer_imported)
+    # while the scheduler imported torch (1.3-1.9 s measured). The subprocess cluster's
+    # scheduler is its own process (the LocalCluster fixture's lives in this one).
+    from deploy.clusters import connect
+
+    # A lambda travels by value: a function of this module would make the scheduler import
+    # the module, and with it the trainer.
+    trainer_imported = lambda: "elastic_tasks.trainer" in __import__("sys").modules  # noqa: E731
+    with connect("local", workers=1) as sub:
+        assert not sub.run_on_scheduler(trainer_imported)
+        warm_up(sub, ENTRY)
+        assert sub.run_on_scheduler(trainer_imported)
