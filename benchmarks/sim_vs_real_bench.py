@@ -75,7 +75,8 @@ def main() -> None:
     from flows.simulate_flow import simulate_flow
 
     t0 = time.monotonic()
-    profile = profile_flow(f"elastic_tasks.examples:{args.model}", batch_sizes=[16, 32, 64, 128], repeats=5, warmup=2)
+    # Measured anew each run: a profile cached from another hour of this VM is another machine.
+    profile = profile_flow(f"elastic_tasks.examples:{args.model}", batch_sizes=[16, 32, 64, 128], repeats=5, warmup=2, refresh=True)
     profile_s = time.monotonic() - t0
     profiled_iter_s = dict(zip(map(str, profile.batch_sizes), (round(t, 4) for t in profile.iter_times_s)))
     start_cost_s = 0.0

@@ -55,11 +55,13 @@ def profile_flow(
     allreduce: AllreduceModel | None = None,
     threads: int | None = 1,
     include_data: bool = True,
+    refresh: bool = False,
 ) -> ThroughputProfile:
     """Profile ``entrypoint`` (cached by model + hardware + settings) and publish it as a table.
 
     ``threads=1`` and ``include_data`` match the elastic trainer's ranks (one torch thread per
-    GPU worker, each step collates its own batch).
+    GPU worker, each step collates its own batch). ``refresh`` measures anew and replaces the
+    cached profile.
     """
     settings = ProfileSettings(
         threads=threads,
@@ -70,7 +72,7 @@ def profile_flow(
         device=device,
         include_data=include_data,
     )
-    data = measure_profile(entrypoint, settings, allreduce)
+    data = measure_profile.with_options(refresh_cache=refresh)(entrypoint, settings, allreduce)
     profile = profile_from_dict(data, f"profile of {entrypoint}")
     create_table_artifact(
         key=artifact_key("profile", profile.workload),
