@@ -6,7 +6,7 @@ the trainer's ranks use), the jobs file is written with that profile, then the s
 the same policy, Δ and admission. Printed: per-job JCTs side by side and their difference;
 the last line is one JSON object.
 
-    .venv/bin/python benchmarks/sim_vs_real_bench.py [--workers 2] [--model resnet_small] [--calibrate]
+    .venv/bin/python benchmarks/sim_vs_real_bench.py [--workers 2] [--model resnet_small] [--profile-on-worker | --calibrate]
 """
 
 from __future__ import annotations
@@ -53,6 +53,23 @@ def calibrate_on_one_worker(entrypoint: str, batches: list[int], steps: int) -> 
     return step_s, statistics.median(fixed_s)
 
 
+def profile_on_one_worker(entrypoint: str, profile):
+    """The same profiler, run as a task on a Dask worker of the kind the jobs train on (the
+    flow measures in its own process, which runs the same code faster than a worker does)."""
+    import dataclasses
+
+    from deploy.clusters import connect
+    from elastic_tasks.cluster import warm_up
+    from elastic_tasks.profile_dask import submit_profile
+    from elastic_tasks.profiler import ProfileSettings
+
+    settings = ProfileSettings(batch_sizes=profile.batch_sizes, repeats=5, warmup=2, threads=1)
+    with connect("local", workers=1) as client:
+        warm_up(client, entrypoint)
+        report = submit_profile(client, entrypoint, settings, profile.allreduce).result()
+    return dataclasses.replace(profile, iter_times_s=report.profile.iter_times_s)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=2, help="virtual GPU workers (2 = one per core on the 2-core dev box)")
@@ -61,6 +78,7 @@ def main() -> None:
     ap.add_argument("--samples", type=int, nargs=3, default=[16384, 8192, 8192])
     ap.add_argument("--arrivals", type=float, nargs=3, default=[0.0, 8.0, 16.0])
     ap.add_argument("--in-place-cost", type=float, default=0.05, help="simulator's seconds lost per in-place rescale (measured pause of a small model on CPU: 0.02-0.05 s)")
+    ap.add_argument("--profile-on-worker", action="store_true", help="re-measure the profile's iteration times with the profiler running on a Dask worker")
     ap.add_argument("--calibrate", action="store_true", help="replace the profiler's iteration times by the trainer's own step times on one worker, and charge its measured fixed per-job cost as the start cost")
     args = ap.parse_args()
 
@@ -80,6 +98,9 @@ def main() -> None:
     profile_s = time.monotonic() - t0
     profiled_iter_s = dict(zip(map(str, profile.batch_sizes), (round(t, 4) for t in profile.iter_times_s)))
     start_cost_s = 0.0
+    if args.profile_on_worker:
+        profile = profile_on_one_worker(f"elastic_tasks.examples:{args.model}", profile)
+        print("profile on a worker, s per batch:", dict(zip(profile.batch_sizes, (round(t, 4) for t in profile.iter_times_s))))
     if args.calibrate:
         import dataclasses
 
@@ -141,6 +162,7 @@ def main() -> None:
                 "model": args.model,
                 "workers": args.workers,
                 "calibrated": args.calibrate,
+                "profiled_on_worker": args.profile_on_worker,
                 "profiler_iter_s": profiled_iter_s,
                 "sim_iter_s": dict(zip(map(str, profile.batch_sizes), (round(t, 4) for t in profile.iter_times_s))),
                 "profile_s": round(profile_s, 1),
