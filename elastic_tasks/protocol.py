@@ -146,9 +146,9 @@ class StepRecord:
     world_size: int
     global_batch: int
     lr: float
-    wall_s: float = 0.0  # this step's wall time on the recording rank, agreement included
-    agree_s: float = 0.0  # of which the end-of-step agreement (the elastic trainer's own collectives)
-    cpu_s: float = 0.0  # CPU time of the recording rank's process (all its threads) during the step
+    wall_s: float = 0.0  # from this step's start to the next step's start, on the recording rank
+    agree_s: float = 0.0  # of which spent blocked on this step's agreement (it overlaps the next step)
+    cpu_s: float = 0.0  # CPU time of the recording rank's process (all its threads) over wall_s
 
 
 @dataclass(frozen=True, slots=True)

@@ -148,6 +148,19 @@ def _is_collective_error(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and any(w in text for w in ("gloo", "nccl", "connection", "timed out", "timeout", "peer"))
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _InFlight:
+    """A step's agreement allreduce, issued but not yet read, and what its record needs."""
+
+    work: dist.Work
+    stats: torch.Tensor
+    step: int
+    global_batch: int
+    lr: float
+    t0: float
+    cpu0: float
+
+
 class _Rank:
     def __init__(self, spec: RankSpec, board: JobBoard) -> None:
         self.spec = spec
@@ -182,6 +195,7 @@ class _Rank:
         self.step_times: list[float] = []
         self.local_time = 0.0
         self._cpu0 = 0.0
+        self._inflight: _InFlight | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -263,9 +277,22 @@ class _Rank:
 
     def _drop_group(self) -> None:
         self.ddp = None
+        self._salvage_inflight()
         if dist.is_initialized():
             with contextlib.suppress(Exception):
                 dist.destroy_process_group()
+
+    def _salvage_inflight(self) -> None:
+        """A group is going away with an agreement in flight (a peer failed during the next
+        step): if it completed, its step still gets its record; plans it saw are not acted on."""
+        pending, self._inflight = self._inflight, None
+        if pending is None or not pending.work.is_completed():
+            return
+        try:
+            pending.work.wait()
+        except Exception:  # noqa: BLE001 - it failed with the group; the step's state is kept
+            return
+        self._record(pending, None, time.perf_counter())
 
     def _leave(self, plan: Plan, t_stop: float) -> RankResult:
         if plan.kind == PlanKind.CHECKPOINT_STOP and self.rank == 0 and self.plan is not None:
@@ -318,18 +345,23 @@ class _Rank:
         )
 
     def _train_until_switch(self) -> Plan | None:
-        """Train step by step; returns the plan to switch to, or None when the job is done."""
+        """Train step by step; returns the plan to switch to, or None when the job is done.
+
+        Each step's agreement runs while the next step computes (see ``_agree``), so the loop
+        drains the one in flight before it switches generation or finishes.
+        """
         while not self._done():
             t0 = time.perf_counter()
             self._cpu0 = time.process_time()
             loss_sum, correct, count = self._step()
             plan = self._agree(loss_sum, correct, count, t0)
-            self.step_times.append(self.history[-1].wall_s)
             cfg = self.config
             if cfg.checkpoint_every and self.rank == 0 and self.state.meta.step % cfg.checkpoint_every == 0:
                 self.state.save(cfg.checkpoint_dir)  # type: ignore[arg-type]
             if plan is not None:
+                self._settle()
                 return plan
+        self._settle()  # the job is done: a plan that arrives with the last agreement is moot
         return None
 
     def _step(self) -> tuple[float, float, int]:
@@ -378,41 +410,44 @@ class _Rank:
         return x, y
 
     def _agree(self, loss_sum: float, correct: float, count: int, t0: float) -> Plan | None:
-        """End-of-step agreement: global loss, per-rank throughput, newest plan seen by anyone."""
-        plan = self.plan
-        assert plan is not None
+        """End-of-step agreement: global loss, per-rank throughput, newest plan seen by anyone.
+
+        One SUM allreduce carries everything: [loss, correct, count, throughput per rank, newest
+        plan version seen per rank]; each rank fills only its own slots, so the sum is every
+        rank's value side by side (versions are small integers: exact in float64). It is issued
+        asynchronously and read one step later, so it overlaps the next step's compute instead
+        of adding a second synchronisation point per step; every rank reads step t's agreement
+        at the same boundary, so decisions stay identical across ranks.
+        """
+        assert self.plan is not None
         t_agree = time.perf_counter()
-        # One SUM allreduce carries everything: [loss, correct, count, throughput per rank,
-        # newest plan version seen per rank]; each rank fills only its own slots, so the sum
-        # is every rank's value side by side (versions are small integers: exact in float64).
         w = self.world
         stats = torch.zeros(3 + 2 * w, dtype=torch.float64)
         stats[0], stats[1], stats[2] = loss_sum, correct, count
         stats[3 + self.rank] = count / max(self.local_time, 1e-9)
         stats[3 + w + self.rank] = self.courier.seen_version
-        dist.all_reduce(stats)
         meta = self.state.meta
-        batch = meta.global_batch
-        now = time.perf_counter()
-        record = StepRecord(
-            meta.step - 1,
-            float(stats[0]) / batch,
-            float(stats[1]) / batch,
-            self.world,
-            batch,
-            meta.lr.at(meta.step - 1),
-            now - t0,
-            now - t_agree,
-            time.process_time() - self._cpu0,
+        launched = _InFlight(
+            dist.all_reduce(stats, async_op=True), stats, meta.step - 1, meta.global_batch, meta.lr.at(meta.step - 1), t0, self._cpu0
         )
-        self.history.append(record)
-        throughput = {uid: float(stats[3 + r]) for r, uid in enumerate(plan.members)}
-        for uid in self.detector.update(throughput):
-            self.stragglers.append((record.step, uid))
-            if self.rank == 0:
-                self.board.post(RankEvent(EventKind.STRAGGLER, uid, plan.version, record.step))
-        if self.rank == 0:
-            self.courier.status = JobStatus(plan.version, meta.step, meta.samples_seen, self.world, batch, record.loss, time.time())
+        previous, self._inflight = self._inflight, launched
+        if previous is None:
+            return None
+        return self._absorb(previous, next_t0=t0, t_agree=t_agree)
+
+    def _settle(self) -> None:
+        """Wait for the agreement in flight and record it (before a switch, a stop or the end)."""
+        pending, self._inflight = self._inflight, None
+        if pending is not None:
+            self._absorb(pending, next_t0=None, t_agree=time.perf_counter())
+
+    def _absorb(self, done: _InFlight, next_t0: float | None, t_agree: float) -> Plan | None:
+        """Read a finished agreement: record its step, flag stragglers, report status, see plans."""
+        done.work.wait()
+        stats, w = self._record(done, next_t0, t_agree), self.world
+        plan = self.plan
+        assert plan is not None
+        meta = self.state.meta
         newest = int(stats[3 + w : 3 + 2 * w].max())
         if newest > plan.version and (self.pending is None or newest > self.pending.version):
             candidate = self.board.plan(newest, timeout=self.config.timeout_s)
@@ -422,6 +457,37 @@ class _Rank:
         if pending is not None and (pending.at_step is None or meta.step >= pending.at_step):
             return pending
         return None
+
+    def _record(self, done: _InFlight, next_t0: float | None, t_agree: float) -> torch.Tensor:
+        """Record the step of a completed agreement; flag stragglers; rank 0 reports status."""
+        plan = self.plan
+        assert plan is not None
+        stats, batch, w = done.stats, done.global_batch, self.world
+        now = time.perf_counter()
+        # A step lasts from its start to the next step's start (or, for the last, to now).
+        wall = (next_t0 if next_t0 is not None else now) - done.t0
+        record = StepRecord(
+            done.step,
+            float(stats[0]) / batch,
+            float(stats[1]) / batch,
+            w,
+            batch,
+            done.lr,
+            wall,
+            now - t_agree,
+            time.process_time() - done.cpu0 if next_t0 is None else self._cpu0 - done.cpu0,
+        )
+        self.history.append(record)
+        self.step_times.append(record.wall_s)
+        throughput = {uid: float(stats[3 + r]) for r, uid in enumerate(plan.members)}
+        for uid in self.detector.update(throughput):
+            self.stragglers.append((record.step, uid))
+            if self.rank == 0:
+                self.board.post(RankEvent(EventKind.STRAGGLER, uid, plan.version, record.step))
+        meta = self.state.meta
+        if self.rank == 0:
+            self.courier.status = JobStatus(plan.version, meta.step, meta.samples_seen, w, meta.global_batch, record.loss, time.time())
+        return stats
 
     def _evaluate(self) -> EvalResult:
         dataset = self.recipe.eval_dataset
