@@ -70,6 +70,7 @@ class Tracker:
         timeout_s: float = 5.0,
         retry_every_s: float = 10.0,
         notify: Callable[[str], None] = _say,
+        artifact_location: str | None = None,
     ) -> None:
         if tracking_uri.startswith("http"):
             # mlflow reads these per request; its default retries for minutes before failing.
@@ -87,6 +88,9 @@ class Tracker:
         self._last_try = 0.0
         self._experiment_id: str | None = None
         self._refs: dict[str, str] = {}
+        # Where a new experiment keeps its artifacts; None lets the server (or mlflow's
+        # default, ./mlruns under the current directory) decide.
+        self.artifact_location = artifact_location
 
     # ---- public API -------------------------------------------------------------------------
 
@@ -199,7 +203,9 @@ class Tracker:
     def _experiment(self) -> str:
         if self._experiment_id is None:
             found = self.client.get_experiment_by_name(self.experiment)
-            self._experiment_id = found.experiment_id if found is not None else self.client.create_experiment(self.experiment)
+            self._experiment_id = (
+                found.experiment_id if found is not None else self.client.create_experiment(self.experiment, artifact_location=self.artifact_location)
+            )
         return self._experiment_id
 
     def _resolve(self, ref: str | None) -> str | None:
@@ -268,10 +274,14 @@ def tracker_from_settings(settings: object, **kwargs: object) -> Tracker:
     from flows.settings import Settings
 
     assert isinstance(settings, Settings)
+    # With the embedded sqlite store, artifacts live beside it in the state directory rather
+    # than in ./mlruns of wherever the command ran.
+    artifacts = None if settings.tracking_uri else (settings.state_dir / "mlartifacts").resolve().as_uri()
     return Tracker(
         settings.resolved_tracking_uri,
         settings.experiment,
         settings.buffer_path,
         timeout_s=settings.tracking_timeout_s,
+        artifact_location=artifacts,
         **kwargs,  # type: ignore[arg-type]
     )

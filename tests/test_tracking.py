@@ -113,3 +113,17 @@ def test_unreachable_server_training_goes_on_and_metrics_arrive_later(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_embedded_store_keeps_artifacts_in_the_state_directory(tmp_path, monkeypatch):
+    from flows.settings import Settings
+    from flows.tracking import tracker_from_settings
+
+    monkeypatch.chdir(tmp_path)  # mlflow's own default would be ./mlruns here
+    state = tmp_path / "state"
+    t = tracker_from_settings(Settings(state_dir=state))
+    run = t.start_run("cluster")
+    t.log_text(run, "hello\n", "note.md")
+    t.end_run(run)
+    assert list(state.glob("mlartifacts/*/artifacts/note.md"))
+    assert not (tmp_path / "mlruns").exists()
