@@ -195,10 +195,10 @@ def simulate_command(
         fail(f"seeds={seeds}: must be >= 1")
     try:
         cost = RescaleCost(in_place_s=in_place_cost)
-        out.mkdir(parents=True, exist_ok=True)
         if experiment is not None:
             if experiment not in EXPERIMENTS:
                 fail(f"experiment={experiment!r}: unknown; choose one of {', '.join(EXPERIMENTS)}")
+            out.mkdir(parents=True, exist_ok=True)  # only once the input is known good
             _run_experiment(experiment, tuple(range(seeds)), interval, cost, profiles, out)
             return
         assert workload is not None
@@ -209,6 +209,7 @@ def simulate_command(
         names = policy or ["elastic_dp"]
         for name in names:
             make_policy(name)  # fail fast on a bad name, before any work
+        out.mkdir(parents=True, exist_ok=True)
         _run_trace(jobs, names, capacity, LoopSettings(interval_s=interval, overflow=overflow, react_to_events=react), cost, out)
     except (UnknownPolicyError, TraceError) as exc:
         fail(str(exc))

@@ -64,3 +64,11 @@ def test_bad_inputs_are_one_line(tmp_path):
         result = runner.invoke(app, [*args, "-o", str(tmp_path / "out")] if args[1:] and args[1] != "--experiment" else args)
         assert result.exit_code == 2, (args, result.output)
         assert message in result.output and "Traceback" not in result.output, (args, result.output)
+
+
+def test_bad_input_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for args in (["simulate", "--experiment", "nope"], ["simulate", str(EXAMPLE), "-p", "nope"]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2, result.output
+    assert not (tmp_path / "out").exists()
