@@ -10,6 +10,14 @@ from typer.testing import CliRunner
 
 from flows.tracking import PARENT_TAG
 
+
+@pytest.fixture(autouse=True)
+def _run_in_tmp(tmp_path, monkeypatch):
+    """MLflow puts artifacts of experiments made without a location in ./mlruns: keep the
+    checkout clean by running each test in its own directory."""
+    monkeypatch.chdir(tmp_path)
+
+
 JOBS = Path(__file__).parent / "data" / "flows_jobs.yaml"
 
 

@@ -16,6 +16,14 @@ from mlflow import MlflowClient
 from flows.tracking import PARENT_TAG, MetricPoint, Tracker
 
 
+@pytest.fixture(autouse=True)
+def _run_in_tmp(tmp_path, monkeypatch):
+    """MLflow puts artifacts of experiments made without a location in ./mlruns: keep the
+    checkout clean by running each test in its own directory."""
+    monkeypatch.chdir(tmp_path)
+
+
+
 def test_parent_nested_metrics_and_artifacts_on_sqlite(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     told: list[str] = []
