@@ -23,7 +23,6 @@ def _run_in_tmp(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
 
 
-
 def test_parent_nested_metrics_and_artifacts_on_sqlite(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     told: list[str] = []
