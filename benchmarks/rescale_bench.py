@@ -49,7 +49,7 @@ def plain_ddp(rank: int, world: int, host: str, port: int, steps: int) -> tuple[
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from elastic_tasks.recipe import load_entry_point
+    from elastic_tasks.recipe import collate, load_entry_point
 
     torch.set_num_threads(1)
     recipe = load_entry_point(ENTRY)
@@ -65,9 +65,7 @@ def plain_ddp(rank: int, world: int, host: str, port: int, steps: int) -> tuple[
         for step in range(steps):
             t0, c0 = time.perf_counter(), time.process_time()
             start = (step * BATCH + rank * local) % (len(perm) - BATCH)
-            samples = [recipe.dataset[int(i)] for i in perm[start : start + local]]
-            x = torch.stack([s[0] for s in samples])
-            y = torch.stack([torch.as_tensor(s[1]) for s in samples])
+            x, y = collate(recipe.dataset, perm[start : start + local])
             opt.zero_grad(set_to_none=True)
             loss = recipe.loss_fn(model(x), y)
             loss.backward()

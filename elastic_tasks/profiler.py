@@ -37,7 +37,7 @@ from torch import nn
 from allocator.throughput import fit_allreduce
 from allocator.types import AllreduceModel, ThroughputProfile
 from elastic_tasks.profile_cache import ProfileCache, ProfileKey
-from elastic_tasks.recipe import TrainingRecipe
+from elastic_tasks.recipe import TrainingRecipe, collate
 
 
 class ProfilerError(RuntimeError):
@@ -181,8 +181,7 @@ def trainable_params(model: nn.Module) -> int:
 def _sample_batch(recipe: TrainingRecipe, batch: int, device: torch.device, start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """``batch`` samples from index ``start`` (cycling a small data set), stacked on ``device``."""
     n = len(recipe.dataset)  # type: ignore[arg-type]
-    xs, ys = zip(*(recipe.dataset[(start + i) % n] for i in range(batch)))
-    return torch.stack(xs).to(device), torch.stack([torch.as_tensor(y) for y in ys]).to(device)
+    return collate(recipe.dataset, ((start + i) % n for i in range(batch)), device)
 
 
 class _Stepper:

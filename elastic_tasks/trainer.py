@@ -44,7 +44,7 @@ from elastic_tasks.protocol import (
     StepRecord,
     SwitchRecord,
 )
-from elastic_tasks.recipe import TrainingRecipe, load_entry_point
+from elastic_tasks.recipe import TrainingRecipe, collate, load_entry_point
 from elastic_tasks.scaling import accumulation_steps, initial_lr, micro_batches, rescale_lr
 from elastic_tasks.sharding import EpochSampler, rank_slice
 from elastic_tasks.state import ElasticState, TrainMeta, has_checkpoint, read_meta
@@ -404,10 +404,7 @@ class _Rank:
         return loss_sum, correct, len(local)
 
     def _collate(self, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        samples = [self.recipe.dataset[int(i)] for i in idx]
-        x = torch.stack([s[0] for s in samples]).to(self.device, non_blocking=True)
-        y = torch.stack([torch.as_tensor(s[1]) for s in samples]).to(self.device, non_blocking=True)
-        return x, y
+        return collate(self.recipe.dataset, idx, self.device)
 
     def _agree(self, loss_sum: float, correct: float, count: int, t0: float) -> Plan | None:
         """End-of-step agreement: global loss, per-rank throughput, newest plan seen by anyone.
