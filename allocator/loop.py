@@ -9,17 +9,22 @@ Dask executor in ``elastic_tasks``).
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Protocol
 
 from allocator.admission import OverflowMode, admit, reallocate
 from allocator.policies.base import Policy
+from allocator.sources import EPS, JobSource, StaticJobs
 from allocator.types import Allocation, ClusterSnapshot, InfeasibleError, JobSpec, RescaleEvent, RunningJob, Share
 
-# Times closer than this are the same instant (guards float drift in simulated time).
-EPS = 1e-9
+@dataclass(frozen=True, slots=True)
+class JobFailure:
+    """A job the executor gave up on (every rank lost with no checkpoint, its entry point raised, ...)."""
+
+    job_id: str
+    reason: str
 
 
 class Clock(Protocol):
@@ -43,6 +48,14 @@ class Executor(Protocol):
 
     def next_completion(self, now: float) -> float | None:
         """Earliest time a running job may finish, if known (exact when simulated)."""
+        ...
+
+    def failed(self, now: float) -> list[JobFailure]:
+        """Jobs that failed by ``now``, each reported once; their GPUs are free again."""
+        ...
+
+    def in_effect(self, allocation: Allocation) -> Allocation:
+        """``allocation`` as the cluster really runs it: a job that lost a worker runs on fewer GPUs."""
         ...
 
 
@@ -79,6 +92,27 @@ class ScheduleRow:
     batch: int
 
 
+class JobPhase(str, Enum):
+    """Where a job is in the loop: what a service records as each job's state."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    FINISHED = "finished"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    DROPPED = "dropped"
+
+
+@dataclass(frozen=True, slots=True)
+class JobTransition:
+    """A job entered ``phase`` at ``time`` (``detail``: why it failed or was dropped)."""
+
+    time: float
+    job_id: str
+    phase: JobPhase
+    detail: str = ""
+
+
 @dataclass(frozen=True, slots=True)
 class JobRecord:
     job_id: str
@@ -87,6 +121,8 @@ class JobRecord:
     finish: float | None
     dropped: bool
     samples_done: float
+    failed: str | None = None  # the reason, for a job the executor gave up on
+    cancelled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +166,8 @@ class _Tracking:
     start: dict[str, float] = field(default_factory=dict)
     finish: dict[str, float] = field(default_factory=dict)
     dropped: set[str] = field(default_factory=set)
+    failed: dict[str, str] = field(default_factory=dict)
+    cancelled: set[str] = field(default_factory=set)
     schedule: list[ScheduleRow] = field(default_factory=list)
     events: list[RescaleEvent] = field(default_factory=list)
     usage: list[tuple[float, int]] = field(default_factory=list)
@@ -158,18 +196,37 @@ def _record_usage(track: _Tracking, now: float, gpus: int) -> None:
         track.usage.append((now, gpus))
 
 
+def _remove(allocation: Allocation, job_id: str) -> Allocation:
+    return Allocation(tuple(p for p in allocation.shares if p[0] != job_id))
+
+
 def run_loop(
-    jobs: Iterable[JobSpec],
+    jobs: Iterable[JobSpec] | JobSource,
     policy: Policy,
-    capacity: int,
+    capacity: int | Callable[[], int],
     clock: Clock,
     executor: Executor,
     settings: LoopSettings = LoopSettings(),
     observer: Callable[[StepReport], None] | None = None,
+    on_job: Callable[[JobTransition], None] | None = None,
 ) -> LoopResult:
-    """Run jobs to completion (or the horizon) under ``policy`` on ``capacity`` GPUs."""
-    specs = {j.id: j for j in jobs}
-    pending = deque(sorted(specs.values(), key=lambda j: (j.arrival_time, j.id)))
+    """Run jobs to completion (or the horizon, or a stop from the source) under ``policy``.
+
+    ``jobs`` is a fixed list (each arrives at its ``arrival_time``) or a live ``JobSource``.
+    ``capacity`` is a GPU count, or a function giving the GPUs alive now: then a change is a
+    reason to decide again, and a job larger than the cluster waits (workers may join) rather
+    than being dropped at arrival. ``on_job`` hears every job's phase changes as they happen.
+    """
+    if hasattr(jobs, "poll"):
+        source: JobSource = jobs  # type: ignore[assignment]
+        specs: dict[str, JobSpec] = {}
+    else:
+        listed = list(jobs)
+        specs = {j.id: j for j in listed}
+        source = StaticJobs(listed)
+    dynamic = callable(capacity)
+    cap = capacity() if dynamic else capacity  # type: ignore[operator]
+    peak = cap
     waiting: list[JobSpec] = []
     running: dict[str, JobSpec] = {}
     allocation = Allocation()
@@ -179,32 +236,71 @@ def run_loop(
     dirty = False
     decisions = 0
 
+    def tell(now: float, job_id: str, phase: JobPhase, detail: str = "") -> None:
+        if on_job is not None:
+            on_job(JobTransition(now, job_id, phase, detail))
+
+    def end_running(now: float, job_id: str) -> None:
+        """A running job left (finished, failed): its GPUs are free at once, decision or not."""
+        nonlocal allocation
+        del running[job_id]
+        track.schedule.append(ScheduleRow(now, job_id, 0, 0))
+        allocation = _remove(allocation, job_id)
+        _record_usage(track, now, allocation.total_gpus)
+
     while True:
         now = clock.now()
-        while pending and pending[0].arrival_time <= now + EPS:
-            job = pending.popleft()
+        update = source.poll(now)
+        for job in update.jobs:
+            specs[job.id] = job
             track.arrival[job.id] = job.arrival_time
-            if _fits_alone(job, capacity, policy, now):
+            if dynamic or _fits_alone(job, cap, policy, now):
                 waiting.append(job)
+                tell(now, job.id, JobPhase.QUEUED)
             else:
                 track.dropped.add(job.id)  # larger than the whole cluster: would wait forever
+                tell(now, job.id, JobPhase.DROPPED, f"needs more than the cluster's {cap} GPUs")
             dirty = True
-        finished = [job_id for job_id in executor.completed(now) if job_id in running]
-        if finished:
-            for job_id in finished:
+        for job_id in update.cancelled:
+            if job_id in running:
+                new = _remove(allocation, job_id)
+                track.events.extend(executor.apply(now, allocation, new, specs))
+                _record_changes(track, now, allocation, new)
+                allocation = new
                 del running[job_id]
-                track.finish[job_id] = now
-                track.schedule.append(ScheduleRow(now, job_id, 0, 0))
-            # A finished job frees its GPUs at once, whether or not a decision follows.
-            allocation = Allocation(tuple(p for p in allocation.shares if p[0] in running))
-            _record_usage(track, now, allocation.total_gpus)
+            elif any(j.id == job_id for j in waiting):
+                waiting = [j for j in waiting if j.id != job_id]
+            else:
+                continue
+            track.cancelled.add(job_id)
+            tell(now, job_id, JobPhase.CANCELLED)
             dirty = True
+        for failure in executor.failed(now):
+            if failure.job_id in running:
+                end_running(now, failure.job_id)
+                track.failed[failure.job_id] = failure.reason
+                tell(now, failure.job_id, JobPhase.FAILED, failure.reason)
+                dirty = True
+        for job_id in executor.completed(now):
+            if job_id in running:
+                end_running(now, job_id)
+                track.finish[job_id] = now
+                tell(now, job_id, JobPhase.FINISHED)
+                dirty = True
+        if update.stop:
+            break
+        if dynamic:
+            alive = capacity()  # type: ignore[operator]
+            if alive != cap:
+                cap, peak, dirty = alive, max(peak, alive), True
+            if allocation.total_gpus > cap:
+                allocation = executor.in_effect(allocation)  # a lost worker shrank its job
 
         on_tick = now >= next_tick - EPS
-        if dirty and (on_tick or settings.react_to_events):
+        if dirty and (on_tick or settings.react_to_events) and allocation.total_gpus <= cap:
             snapshot = ClusterSnapshot(
                 time=now,
-                capacity=capacity,
+                capacity=cap,
                 running=tuple(RunningJob(spec, allocation.get(jid), executor.progress(jid, now)) for jid, spec in running.items()),
                 queued=tuple(waiting),
             )
@@ -214,14 +310,16 @@ def run_loop(
                 decision = None  # keep what runs; try again at the next tick
             if decision is not None:
                 new = decision.allocation
-                events = executor.apply(now, allocation, new, specs)
-                _record_changes(track, now, allocation, new)
-                track.events.extend(events)
                 for job in decision.admission.admitted:
                     running[job.id] = job
                     track.start[job.id] = now
+                    tell(now, job.id, JobPhase.RUNNING)
+                events = executor.apply(now, allocation, new, specs)
+                _record_changes(track, now, allocation, new)
+                track.events.extend(events)
                 for job in decision.admission.dropped:
                     track.dropped.add(job.id)
+                    tell(now, job.id, JobPhase.DROPPED, "does not fit")
                 waiting = list(decision.admission.queued)
                 allocation = new
                 decisions += 1
@@ -243,17 +341,18 @@ def run_loop(
             while next_tick <= now + EPS:
                 next_tick += settings.interval_s
 
-        if not pending and not waiting and not running:
+        arrival = source.next_arrival(now)
+        if arrival is None and not waiting and not running:
             break
         if settings.horizon_s is not None and now >= start_time + settings.horizon_s - EPS:
             break
 
         wakes = [next_tick]
-        if pending and (settings.react_to_events or not (running or waiting)):
-            wakes.append(pending[0].arrival_time)
-        if not running and not waiting and pending:
+        if arrival is not None and (settings.react_to_events or not (running or waiting)):
+            wakes.append(arrival)
+        if not running and not waiting and arrival is not None:
             # Idle cluster: skip the empty ticks up to the next arrival.
-            gap = pending[0].arrival_time - next_tick
+            gap = arrival - next_tick
             if gap > 0:
                 next_tick += (gap // settings.interval_s) * settings.interval_s
                 wakes[0] = next_tick
@@ -275,12 +374,14 @@ def run_loop(
             finish=track.finish.get(jid),
             dropped=jid in track.dropped,
             samples_done=float(spec.total_samples) if jid in track.finish else executor.progress(jid, end) if jid in track.start else 0.0,
+            failed=track.failed.get(jid),
+            cancelled=jid in track.cancelled,
         )
         for jid, spec in sorted(specs.items(), key=lambda kv: (kv[1].arrival_time, kv[0]))
     )
     return LoopResult(
         policy=policy.name,
-        capacity=capacity,
+        capacity=peak,
         settings=settings,
         end_time=end,
         schedule=tuple(track.schedule),

@@ -51,6 +51,12 @@ class RecordingExecutor:
         pending = [t + self.duration for j, t in self.started.items() if j not in self.reported]
         return min(pending) if pending else None
 
+    def failed(self, now):
+        return []
+
+    def in_effect(self, allocation):
+        return allocation
+
 
 def test_loop_with_fake_clock_and_recording_executor():
     jobs = [make_job("a", arrival_time=0.0), make_job("b", arrival_time=50.0), make_job("c", arrival_time=50.0)]

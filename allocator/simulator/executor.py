@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from allocator.loop import EPS, share_changes
+from allocator.loop import EPS, JobFailure, share_changes
 from allocator.throughput import throughput
 from allocator.types import Allocation, JobSpec, RescaleEvent, RescaleKind, Share
 
@@ -132,3 +132,11 @@ class SimExecutor:
     def next_completion(self, now: float) -> float | None:
         self._pop_stale()
         return self._heap[0][0] if self._heap else None
+
+    def failed(self, now: float) -> list[JobFailure]:
+        """A modelled job never fails."""
+        return []
+
+    def in_effect(self, allocation: Allocation) -> Allocation:
+        """A modelled job always runs on what it was given."""
+        return allocation
