@@ -11,6 +11,7 @@ survivors form the next generation from the survivor furthest ahead.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import threading
@@ -157,11 +158,14 @@ class JobCoordinator:
         batch = self.config.global_batch if global_batch is None else global_batch
         _check_batch(batch, gpus)
         workers = self.pool.take(self.job_id, gpus)
+        # A job whose checkpoint directory holds its state (a service restarted after a crash or
+        # a shutdown) resumes from it rather than starting over.
+        source_of = FROM_CHECKPOINT if has_checkpoint(self.config.checkpoint_dir) else None
         with self._plan_lock:
             version = self._next_version()
             uids = [self._launch(addr, version) for addr in workers]
             t0 = time.time()
-            self._publish(Plan(version, PlanKind.START, tuple(uids), batch, source=uids[0]))
+            self._publish(Plan(version, PlanKind.START, tuple(uids), batch, source=source_of or uids[0]))
             self.members, self.global_batch = tuple(uids), batch
         self._ensure_monitor()
         event = self._wait_applied(version, self._startup_timeout())
@@ -280,6 +284,42 @@ class JobCoordinator:
             if self._events.finished is None and self.members:
                 self._publish(Plan(self._next_version(), PlanKind.STOP, (), self.global_batch))
             self._stopping, self.members = self.members, ()
+
+    def suspend(self, timeout: float | None = None) -> bool:
+        """Checkpoint and stop every rank (a service shutting down); True once rank 0 saved.
+
+        The job's workers are free afterwards; a later ``start`` resumes from the checkpoint.
+        """
+        if self.config.checkpoint_dir is None:
+            raise ValueError("checkpoint_dir=None: suspending a job needs a checkpoint directory")
+        wait_s = self._startup_timeout() if timeout is None else timeout
+        with self._plan_lock:
+            if self._events.finished is not None or not self.members:
+                return False
+            version = self._next_version()
+            self._publish(Plan(version, PlanKind.CHECKPOINT_STOP, (), self.global_batch))
+            self._stopping, self.members = self.members, ()
+        stopped = self._wait_for(lambda e: e.stopped.get(version) or e.finished, wait_s)
+        self.collect()
+        return isinstance(stopped, RankEvent) and stopped.kind == EventKind.STOPPED
+
+    def failure(self) -> str | None:
+        """Why the job cannot go on, if it cannot (without raising)."""
+        try:
+            self._raise_errors()
+        except JobFailed as exc:
+            return str(exc)
+        return None
+
+    def abandon(self) -> None:
+        """Give up on a failed job: stop what still runs, cancel its rank tasks, free its workers."""
+        with contextlib.suppress(Exception):
+            self.stop()
+        for fut in self.futures.values():
+            with contextlib.suppress(Exception):
+                fut.cancel()
+        self.close()
+        self.pool.give_back(self.worker_of.values())
 
     def status(self) -> JobStatus | None:
         status = self.board.status()

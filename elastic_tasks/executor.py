@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from distributed import Client
 
-from allocator.loop import share_changes
+from allocator.loop import JobFailure, share_changes
 from allocator.types import Allocation, JobSpec, RescaleEvent, RescaleKind, Share
 from elastic_tasks.cluster import WorkerPool
 from elastic_tasks.coordinator import JobCoordinator, JobResult
@@ -68,6 +68,7 @@ class DaskExecutor:
         self.clock = clock or WallClock()
         self.jobs: dict[str, JobCoordinator] = {}
         self.results: dict[str, JobResult] = {}
+        self._failures: dict[str, str] = {}
         self._reported: set[str] = set()
 
     def entrypoint(self, spec: JobSpec) -> str:
@@ -98,23 +99,73 @@ class DaskExecutor:
         events = []
         for job_id, before, after in changes:
             job = self.jobs.get(job_id)
-            if job is not None and job.finished:
+            if job_id in self._failures or (job is not None and job.finished):
                 continue
-            if after is None:
-                if job is not None:
-                    job.stop()
-                events.append(RescaleEvent(now, job_id, before, None, RescaleKind.STOP, 0.0, measured=True))
-            elif job is None or before is None:
-                spec = jobs[job_id]
-                job = self.jobs[job_id] = JobCoordinator(self.client, self.pool, job_id, self.entrypoint(spec), self._config(spec, after))
-                outcome = job.start(after.gpus, after.batch)
-                events.append(RescaleEvent(now, job_id, None, after, RescaleKind.START, outcome.pause_s, measured=True))
-            else:
-                outcome = job.rescale(after.gpus, after.batch)
-                if outcome is None:
-                    continue  # the job ended first: nothing was rescaled, its completion frees it
-                events.append(RescaleEvent(now, job_id, before, after, RescaleKind.IN_PLACE, outcome.pause_s, measured=True))
+            try:
+                event = self._change(now, job_id, before, after, jobs)
+            except Exception as exc:  # noqa: BLE001 - one job's failure must not stop the others
+                self._fail(job_id, f"{type(exc).__name__}: {exc}")
+                continue
+            if event is not None:
+                events.append(event)
         return events
+
+    def _change(self, now: float, job_id: str, before: Share | None, after: Share | None, jobs: Mapping[str, JobSpec]) -> RescaleEvent | None:
+        job = self.jobs.get(job_id)
+        if after is None:
+            if job is not None:
+                job.stop()
+                # Wait for the ranks to leave: the freed workers are what the next start takes.
+                self.results[job_id] = job.collect()
+                self._reported.add(job_id)
+            return RescaleEvent(now, job_id, before, None, RescaleKind.STOP, 0.0, measured=True)
+        if job is None or before is None:
+            spec = jobs[job_id]
+            job = self.jobs[job_id] = JobCoordinator(self.client, self.pool, job_id, self.entrypoint(spec), self._config(spec, after))
+            outcome = job.start(after.gpus, after.batch)
+            return RescaleEvent(now, job_id, None, after, RescaleKind.START, outcome.pause_s, measured=True)
+        outcome = job.rescale(after.gpus, after.batch)
+        if outcome is None:
+            return None  # the job ended first: nothing was rescaled, its completion frees it
+        return RescaleEvent(now, job_id, before, after, RescaleKind.IN_PLACE, outcome.pause_s, measured=True)
+
+    def _fail(self, job_id: str, reason: str) -> None:
+        self._failures[job_id] = reason
+        job = self.jobs.get(job_id)
+        if job is not None:
+            job.abandon()
+        else:
+            self.pool.give_back([w for w, owner in self.pool.busy.items() if owner == job_id])
+
+    def failed(self, now: float) -> list[JobFailure]:
+        for job_id, job in self.jobs.items():
+            if job_id not in self._reported and job_id not in self._failures and not job.finished:
+                reason = job.failure()
+                if reason is not None:
+                    self._fail(job_id, reason)
+        out = [JobFailure(j, r) for j, r in self._failures.items() if j not in self._reported]
+        self._reported.update(f.job_id for f in out)
+        return out
+
+    def in_effect(self, allocation: Allocation) -> Allocation:
+        shares = []
+        for job_id, share in allocation.shares:
+            job = self.jobs.get(job_id)
+            gpus = job.world_size if job is not None and 0 < job.world_size < share.gpus else share.gpus
+            shares.append((job_id, share if gpus == share.gpus else Share(gpus, max(share.batch, gpus))))
+        return Allocation(tuple(shares))
+
+    def suspend_all(self, timeout: float | None = None) -> dict[str, bool]:
+        """Checkpoint and stop every running job (a service shutting down): job -> checkpoint saved."""
+        saved = {}
+        for job_id, job in self.jobs.items():
+            if job_id not in self._reported and not job.finished and job.members:
+                try:
+                    saved[job_id] = job.suspend(timeout)
+                except Exception:  # noqa: BLE001 - shutting down: the next job still gets its chance
+                    saved[job_id] = False
+                self._reported.add(job_id)
+        return saved
 
     def progress(self, job_id: str, now: float) -> float:
         if job_id in self.results:
@@ -126,7 +177,7 @@ class DaskExecutor:
     def completed(self, now: float) -> list[str]:
         done = []
         for job_id, job in self.jobs.items():
-            if job_id not in self._reported and job.finished:
+            if job_id not in self._reported and job_id not in self._failures and job.finished:
                 self.results[job_id] = job.wait(timeout=60)
                 self._reported.add(job_id)
                 done.append(job_id)

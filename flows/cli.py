@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import typer
 
+from flows import cmd_service
 from flows import cmd_compare, cmd_hpo, cmd_idle_nodes, cmd_plan, cmd_profile, cmd_quickstart, cmd_retrain, cmd_run, cmd_simulate, cmd_train, cmd_ui
 
 app = typer.Typer(
@@ -36,6 +37,11 @@ app.command("quickstart")(cmd_quickstart.quickstart)
 app.command("run")(cmd_run.run)
 app.command("retrain")(cmd_retrain.retrain)
 app.add_typer(cmd_hpo.app, name="hpo")
+app.command("serve")(cmd_service.serve)
+app.command("submit")(cmd_service.submit)
+app.command("jobs")(cmd_service.jobs)
+app.command("cancel")(cmd_service.cancel)
+app.command("wait")(cmd_service.wait)
 
 
 def main() -> None:

@@ -26,7 +26,7 @@ from allocator.policies import make_policy
 from allocator.types import JobSpec
 from deploy.clusters import KubeSpec, connect
 from elastic_tasks.cluster import warm_up
-from elastic_tasks.examples import EXAMPLES
+from elastic_tasks.entrypoints import resolve_workload
 from elastic_tasks.coordinator import JobResult
 from elastic_tasks.executor import DaskExecutor, JobSettings, WallClock
 from elastic_tasks.recipe import load_entry_point
@@ -37,19 +37,9 @@ from flows.retrain_flow import wait_for_workers
 from flows.settings import load_settings
 from flows.tracking import MetricPoint, tracker_from_settings
 
-EXAMPLES_MODULE = "elastic_tasks.examples"
-
-
 def entrypoint_for(spec: JobSpec) -> str:
     """The training entry point a job's ``workload`` names."""
-    if ":" in spec.workload:
-        return spec.workload
-    if spec.workload in EXAMPLES:
-        return f"{EXAMPLES_MODULE}:{spec.workload}"
-    raise ValueError(
-        f"job {spec.id!r}.workload={spec.workload!r}: not a training entry point ('package.module:function') "
-        f"nor a built-in example ({', '.join(sorted(EXAMPLES))})"
-    )
+    return resolve_workload(spec.workload, spec.id)
 
 
 def check_trainable(jobs: Sequence[JobSpec]) -> None:

@@ -46,6 +46,10 @@ class Settings(BaseSettings):
     kube_image: str = Field("malleable:0.1.0", min_length=1, description="Container image of Kubernetes Dask workers.")
     kube_namespace: str = Field("default", min_length=1, description="Kubernetes namespace.")
     tracking_timeout_s: float = Field(5.0, gt=0, description="Seconds before an MLflow request counts as unreachable.")
+    job_store: str | None = Field(None, description="The scheduler service's job store, any SQLAlchemy URL (default: sqlite:///<state_dir>/jobs.db).")
+    react: bool = Field(True, description="The service re-allocates at once on each submission, completion and worker change (else every Δ).")
+    service_poll_s: float = Field(0.2, gt=0, le=60, description="How often the service looks at the job store for submissions and cancels.")
+    checkpoint_every: int = Field(20, ge=1, description="Service jobs checkpoint every this many steps (what a restart resumes from).")
 
     @field_validator("policy")
     @classmethod
@@ -76,6 +80,12 @@ class Settings(BaseSettings):
     def buffer_path(self) -> Path:
         """Where tracking calls wait while the MLflow server is unreachable."""
         return self.state_dir / "mlflow-buffer.jsonl"
+
+    @property
+    def resolved_job_store(self) -> str:
+        if self.job_store:
+            return self.job_store
+        return f"sqlite:///{(self.state_dir / 'jobs.db').resolve()}"
 
     @property
     def profile_cache_dir(self) -> Path:

@@ -1,0 +1,68 @@
+"""The Python client: submit, list, cancel and wait for jobs of a (running or not yet started) service.
+
+Submitting writes into the job store, so it works whether or not a service is up; the
+service picks jobs up within its poll interval. See docs/service.md for why the store is
+the transport rather than an HTTP API.
+"""
+
+from __future__ import annotations
+
+import getpass
+import socket
+import time
+from collections.abc import Iterable, Sequence
+
+from allocator.types import JobSpec
+from service.jobspec import entry_from_spec, validate_entry
+from service.records import JobRow, JobState, Submission, Submitted
+from service.store import JobStore
+
+
+def default_submitter() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+class ServiceClient:
+    def __init__(self, store: JobStore | str, submitter: str | None = None) -> None:
+        self.store = JobStore(store) if isinstance(store, str) else store
+        self.submitter = submitter or default_submitter()
+
+    def submit(self, entry: dict, *, name: str | None = None, idempotency_key: str | None = None) -> Submitted:
+        """One job as a jobs-file entry (profile inline); ValueError naming the field if invalid."""
+        spec = validate_entry(entry)
+        return self.store.submit(Submission(name or spec.id, entry, self.submitter, idempotency_key))
+
+    def submit_specs(self, specs: Sequence[JobSpec], *, key_prefix: str | None = None) -> list[Submitted]:
+        """Validated JobSpecs (e.g. a jobs file's); ``key_prefix`` + job id makes each idempotent."""
+        subs = [
+            Submission(s.id, entry_from_spec(s), self.submitter, None if key_prefix is None else f"{key_prefix}:{s.id}")
+            for s in specs
+        ]
+        return self.store.submit_many(subs)
+
+    def job(self, job_id: str) -> JobRow:
+        return self.store.job(job_id)
+
+    def jobs(self, states: Iterable[JobState] | None = None, ids: Iterable[str] | None = None) -> list[JobRow]:
+        return self.store.jobs(states=states, ids=ids)
+
+    def cancel(self, job_id: str) -> JobRow:
+        return self.store.request_cancel(job_id)
+
+    def wait(self, job_ids: Sequence[str], timeout_s: float | None = None, poll_s: float = 0.5) -> list[JobRow]:
+        """Block until every job is finished, failed, cancelled or dropped; TimeoutError after ``timeout_s``."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        for job_id in job_ids:
+            self.store.job(job_id)  # UnknownJobError now, not after waiting
+        while True:
+            rows = self.store.jobs(ids=job_ids)
+            if all(r.state.terminal for r in rows):
+                return rows
+            if deadline is not None and time.monotonic() > deadline:
+                left = [r.id for r in rows if not r.state.terminal]
+                raise TimeoutError(f"jobs {', '.join(left)} not done within {timeout_s:g} s")
+            time.sleep(poll_s)

@@ -1,0 +1,47 @@
+"""Submissions are jobs-file entries: validated by the jobs file's rules, stored as JSON."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from allocator.profile_io import profile_to_dict
+from allocator.specs import job_from_dict
+from allocator.types import JobSpec
+
+_ENTRY = re.compile(r"^[A-Za-z_][\w.]*(:[A-Za-z_]\w*)?$")
+
+
+def entry_from_spec(spec: JobSpec) -> dict:
+    """A JobSpec as a jobs-file entry with its profile inline (what the store keeps)."""
+    entry: dict = {
+        "id": spec.id,
+        "workload": spec.workload,
+        "profile": profile_to_dict(spec.profile),
+        "samples": spec.total_samples,
+        "min_batch": spec.min_batch,
+        "max_batch": spec.max_batch,
+        "max_gpus": spec.max_gpus,
+        "min_gpus": spec.min_gpus,
+        "gpus": spec.requested_gpus,
+        "elastic": spec.elastic,
+        "priority": spec.priority,
+    }
+    if spec.fixed_batch is not None:
+        entry["fixed_batch"] = spec.fixed_batch
+    if spec.deadline is not None:
+        entry["deadline_s"] = spec.deadline
+    return entry
+
+
+def validate_entry(entry: dict) -> JobSpec:
+    """The jobs file's rules, plus a workload that can name a recipe; ValueError naming the field."""
+    spec = job_from_dict(entry, 0, {})
+    if not _ENTRY.match(spec.workload):
+        raise ValueError(f"job {spec.id!r}.workload={spec.workload!r}: not an entry point ('package.module:function') nor an example name")
+    return spec
+
+
+def spec_for_loop(entry: dict, job_id: str, arrival: float) -> JobSpec:
+    """The stored entry as the loop's JobSpec: the store's id (unique across submitters), arriving now."""
+    return dataclasses.replace(job_from_dict(entry, 0, {}), id=job_id, arrival_time=arrival)

@@ -1,0 +1,74 @@
+"""Writes what the loop does into the store (and MLflow) as it happens: phase changes,
+allocations, progress. The store is how submitters watch, and how a restart resumes."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from allocator.loop import JobPhase, JobTransition, StepReport
+from service import schema
+from service.records import RESUMABLE, AllocationRow, JobState
+from service.store import JobStore
+from service.tracking import ServiceTracking
+
+_STATE = {
+    JobPhase.QUEUED: JobState.QUEUED,
+    JobPhase.RUNNING: JobState.RUNNING,
+    JobPhase.FINISHED: JobState.FINISHED,
+    JobPhase.FAILED: JobState.FAILED,
+    JobPhase.CANCELLED: JobState.CANCELLED,
+    JobPhase.DROPPED: JobState.DROPPED,
+}
+_MLFLOW_END = {JobPhase.FINISHED: "FINISHED", JobPhase.FAILED: "FAILED", JobPhase.CANCELLED: "KILLED", JobPhase.DROPPED: "KILLED"}
+
+
+class StoreRecorder:
+    """``on_job`` and ``observer`` for ``run_loop``; ``board_of``/``status_of`` read the executor's jobs."""
+
+    def __init__(
+        self,
+        store: JobStore,
+        tracking: ServiceTracking,
+        checkpoint_dir_of: Callable[[str], str],
+        board_of: Callable[[str], str | None],
+        say: Callable[[str], None],
+    ) -> None:
+        self.store, self.tracking, self.checkpoint_dir_of, self.board_of, self.say = store, tracking, checkpoint_dir_of, board_of, say
+
+    def on_job(self, t: JobTransition) -> None:
+        state = _STATE[t.phase]
+        if t.phase is JobPhase.QUEUED:
+            self.store.set_state(t.job_id, state, only_from=RESUMABLE)
+            return
+        if t.phase is JobPhase.RUNNING:
+            row = self.store.job(t.job_id)
+            run_id = self.tracking.job_run(t.job_id, row.name, row.mlflow_run_id, {**row.spec, "submitter": row.submitter})
+            self.store.set_state(
+                t.job_id, state, only_from=RESUMABLE, attempts=schema.jobs.c.attempts + 1,
+                checkpoint_dir=self.checkpoint_dir_of(t.job_id), mlflow_run_id=run_id or row.mlflow_run_id, error=None,
+            )  # fmt: skip
+            self.say(f"{t.job_id} ({row.name}) running" + (f", resumed (attempt {row.attempts + 1})" if row.attempts else ""))
+            return
+        fields: dict[str, object] = {}
+        if t.detail:
+            fields["error"] = t.detail
+        if t.phase is JobPhase.FINISHED:
+            fields["samples_done"] = schema.jobs.c.total_samples
+        self.store.set_state(t.job_id, state, **fields)
+        self.tracking.job_ended(t.job_id, _MLFLOW_END[t.phase])
+        self.say(f"{t.job_id} {state.value}" + (f": {t.detail}" if t.detail else ""))
+
+    def observer(self, report: StepReport) -> None:
+        now = time.time()
+        rows = []
+        for e in report.events:
+            after = e.after
+            rows.append(AllocationRow(e.job_id, now, after.gpus if after else 0, after.batch if after else 0, e.kind.value))
+            if after is not None:
+                self.tracking.metrics(e.job_id, {"gpus": after.gpus, "batch": after.batch, "rescale_pause_s": e.cost_s})
+            board = self.board_of(e.job_id)
+            if e.before is None and board is not None:
+                self.store.update_job(e.job_id, board_id=board)
+        self.store.record_allocations(rows)
+        self.tracking.metrics(None, {"gpus_in_use": report.allocation.total_gpus, "jobs_queued": report.queued})

@@ -1,0 +1,89 @@
+"""What crosses the store's boundary: job states, submissions, rows as frozen dataclasses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class JobState(str, Enum):
+    QUEUED = "queued"  # submitted, waiting for GPUs
+    RUNNING = "running"
+    SUSPENDED = "suspended"  # checkpointed and stopped by a service shutdown; resumes when one starts
+    FINISHED = "finished"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    DROPPED = "dropped"  # can never fit the cluster
+
+    @property
+    def terminal(self) -> bool:
+        return self in (JobState.FINISHED, JobState.FAILED, JobState.CANCELLED, JobState.DROPPED)
+
+
+# A service takes these up when it starts (a crash leaves jobs "running" in the store).
+RESUMABLE = (JobState.QUEUED, JobState.RUNNING, JobState.SUSPENDED)
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """One job to submit: ``entry`` is a jobs-file job mapping (docs/jobs-file.md) with its profile
+    inline, already validated. ``idempotency_key``: a retried submission with the same key
+    returns the first job instead of creating a second."""
+
+    name: str
+    entry: dict
+    submitter: str
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    job_id: str
+    created: bool  # False: the idempotency key named an earlier submission
+
+
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    seq: int
+    id: str
+    name: str
+    submitter: str
+    state: JobState
+    spec: dict
+    submitted_at: float
+    started_at: float | None
+    finished_at: float | None
+    updated_at: float
+    error: str | None
+    checkpoint_dir: str | None
+    mlflow_run_id: str | None
+    board_id: str | None
+    gpus: int
+    batch: int
+    samples_done: float
+    total_samples: int
+    attempts: int
+    cancel_requested: bool
+
+    @property
+    def progress(self) -> float:
+        return min(1.0, self.samples_done / self.total_samples) if self.total_samples else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationRow:
+    job_id: str
+    time: float
+    gpus: int
+    batch: int
+    kind: str
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseInfo:
+    holder: str | None
+    host: str | None
+    pid: int | None
+    expires_at: float
+    cluster_address: str | None
+    cluster_owned: bool

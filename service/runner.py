@@ -1,0 +1,153 @@
+"""``serve``: the one loop (``allocator.loop.run_loop``) with a wall clock, the Dask executor and
+the store as its job source, until stopped.
+
+Start-up: take the store's lease (or refuse), fence what a crashed predecessor left running,
+hand every unfinished job to the loop (running ones resume from their checkpoints). Shut-down
+(SIGTERM, Ctrl-C, ``stop``): running jobs checkpoint and stop, the store marks them
+suspended, the lease is released; the next service resumes them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from distributed import Client
+
+from allocator.admission import OverflowMode
+from allocator.loop import LoopResult, LoopSettings, run_loop
+from allocator.policies import make_policy
+from elastic_tasks.cluster import gpu_workers
+from elastic_tasks.entrypoints import resolve_workload
+from elastic_tasks.executor import DaskExecutor, JobSettings, WallClock
+from service.feed import StoreFeed
+from service.fence import fence
+from service.lease import Lease
+from service.records import RESUMABLE, JobState
+from service.recorder import StoreRecorder
+from service.store import JobStore
+from service.tracking import ServiceTracking
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceConfig:
+    store_url: str
+    checkpoint_root: str
+    policy: str = "elastic_dp"
+    interval_s: float = 10.0
+    overflow: OverflowMode = OverflowMode.QUEUE
+    react: bool = True
+    # A shared cluster: a small job may pass a large one that waits for GPUs.
+    strict_fifo: bool = False
+    poll_s: float = 0.2
+    progress_s: float = 1.0
+    checkpoint_every: int = 20
+    collective_timeout_s: float = 60.0
+    lease_ttl_s: float = 10.0
+    tracking_uri: str | None = None
+    experiment: str = "malleable"
+
+    def __post_init__(self) -> None:
+        for name in ("interval_s", "poll_s", "progress_s", "collective_timeout_s", "lease_ttl_s"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and value > 0 and value != float("inf")):
+                raise ValueError(f"ServiceConfig.{name}={value!r}: must be a finite number > 0")
+        if not (isinstance(self.checkpoint_every, int) and self.checkpoint_every >= 1):
+            raise ValueError(f"ServiceConfig.checkpoint_every={self.checkpoint_every!r}: must be an integer >= 1 (jobs resume from checkpoints)")
+        make_policy(self.policy)
+
+
+class Service:
+    """One running service; ``stop()`` (any thread, a signal handler) ends it cleanly."""
+
+    def __init__(self, config: ServiceConfig, client: Client, *, cluster_owned: bool, say: Callable[[str], None] = print) -> None:
+        self.config, self.client, self.cluster_owned, self.say = config, client, cluster_owned, say
+        self.stopping = threading.Event()
+        self.store = JobStore(config.store_url)
+        self.lease = Lease(self.store, config.lease_ttl_s)
+        self.result: LoopResult | None = None
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def checkpoint_dir(self, job_id: str) -> str:
+        return str(Path(self.config.checkpoint_root) / job_id)
+
+    def run(self) -> LoopResult:
+        cfg = self.config
+        taken = self.lease.acquire()  # LeaseHeldError: another service schedules this store
+        tracking = ServiceTracking(cfg.tracking_uri, cfg.experiment, warn=self.say)
+        executor: DaskExecutor | None = None
+        try:
+            self.lease.note_cluster(self.client.scheduler.address, self.cluster_owned)
+            self.lease.keep_renewed()
+            resume = self.store.jobs(states=RESUMABLE)
+            if taken.previous is not None:
+                running = [r for r in resume if r.state is JobState.RUNNING]
+                fenced = fence(taken.previous, running, self.client)
+                if fenced.reached:
+                    self.say(f"previous service died: its ranks of {len(fenced.stopped)} job(s) checkpointed and stopped" + (", its cluster shut down" if fenced.shut_down else ""))
+            if resume:
+                self.say(f"{len(resume)} unfinished job(s) from the store: " + ", ".join(f"{r.id} ({r.state.value})" for r in resume))
+            clock = WallClock()
+            settings = JobSettings(timeout_s=cfg.collective_timeout_s, checkpoint_root=cfg.checkpoint_root, checkpoint_every=cfg.checkpoint_every, poll_s=cfg.poll_s)
+            executor = DaskExecutor(self.client, lambda spec: resolve_workload(spec.workload, spec.id), settings, clock=clock)
+            recorder = StoreRecorder(self.store, tracking, self.checkpoint_dir, lambda j: executor.jobs[j].board_id if j in executor.jobs else None, self.say)
+            tracking.service_started({"policy": cfg.policy, "interval_s": str(cfg.interval_s), "scheduler": self.client.scheduler.address})
+            heartbeat = _Heartbeat(self.store, executor, tracking, self.client, cfg.progress_s)
+            feed = StoreFeed(self.store, self.stopping, cfg.poll_s, resume, on_poll=heartbeat)
+            self.lease_watch = threading.Thread(target=self._watch_lease, daemon=True, name="malleable-lease-watch")
+            self.lease_watch.start()
+            loop_settings = LoopSettings(interval_s=cfg.interval_s, overflow=cfg.overflow, strict_fifo=cfg.strict_fifo, react_to_events=cfg.react)
+            self.say(f"serving {self.store.url.split('?')[0]!s} with {cfg.policy} on {len(gpu_workers(self.client))} GPU worker(s)")
+            self.result = run_loop(
+                feed, make_policy(cfg.policy), lambda: len(gpu_workers(self.client)), clock, executor, loop_settings,
+                observer=recorder.observer, on_job=recorder.on_job,
+            )  # fmt: skip
+            saved = executor.suspend_all()
+            for job_id, ok in saved.items():
+                # Saved or not, the job resumes from its newest checkpoint when a service starts.
+                self.store.set_state(job_id, JobState.SUSPENDED, only_from=(JobState.RUNNING,), gpus=0, batch=0)
+                tracking.job_ended(job_id, "KILLED")
+            if saved:
+                self.say(f"suspended {len(saved)} running job(s): " + ", ".join(f"{j} ({'checkpointed' if ok else 'from its last checkpoint'})" for j, ok in saved.items()))
+            return self.result
+        finally:
+            if executor is not None:
+                executor.close()
+            tracking.close()
+            self.lease.release()
+
+    def _watch_lease(self) -> None:
+        while not self.stopping.wait(0.5):
+            if self.lease.lost.is_set():
+                self.say("lost the job store's lease (another service took over): stopping")
+                self.stopping.set()
+
+
+class _Heartbeat:
+    """Every ``every_s``: each running job's progress into the store and MLflow, the cluster's use into MLflow."""
+
+    def __init__(self, store: JobStore, executor: DaskExecutor, tracking: ServiceTracking, client: Client, every_s: float) -> None:
+        self.store, self.executor, self.tracking, self.client, self.every_s = store, executor, tracking, client, every_s
+        self._next = 0.0
+
+    def __call__(self, now: float) -> None:
+        if time.monotonic() < self._next:
+            return
+        self._next = time.monotonic() + self.every_s
+        progress: dict[str, float] = {}
+        busy = 0
+        for job_id, job in self.executor.jobs.items():
+            if not job.members or job.finished:
+                continue
+            busy += len(job.members)
+            status = job.status()
+            if status is not None:
+                progress[job_id] = float(status.samples_seen)
+                self.tracking.metrics(job_id, {"loss": status.loss, "samples_seen": status.samples_seen, "world_size": status.world_size}, step=status.step)
+        self.store.record_progress(progress)
+        self.tracking.metrics(None, {"gpus_alive": len(gpu_workers(self.client)), "gpus_busy": busy})

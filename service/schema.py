@@ -1,0 +1,72 @@
+"""The job store's tables (SQLAlchemy Core), the same on sqlite and PostgreSQL.
+
+``SCHEMA_VERSION`` is written into ``malleable_meta`` when a store is created; a store of
+another version is refused with a clear error rather than read or written (no silent
+corruption). Bump it with any change to these tables.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Boolean, Column, Float, Index, Integer, MetaData, String, Table, Text
+
+SCHEMA_VERSION = 1
+
+metadata = MetaData()
+
+meta = Table(
+    "malleable_meta",
+    metadata,
+    Column("key", String(64), primary_key=True),
+    Column("value", String(255), nullable=False),
+)
+
+jobs = Table(
+    "malleable_jobs",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),  # submission order
+    Column("id", String(64), nullable=False, unique=True),
+    Column("name", String(255), nullable=False),
+    Column("submitter", String(255), nullable=False),
+    Column("idempotency_key", String(255), unique=True),
+    Column("spec", Text, nullable=False),  # the job as a jobs-file entry (JSON), profile inline
+    Column("state", String(16), nullable=False, index=True),
+    Column("cancel_requested", Boolean, nullable=False, default=False),
+    Column("cancel_seen", Boolean, nullable=False, default=False),
+    Column("submitted_at", Float, nullable=False),
+    Column("started_at", Float),
+    Column("finished_at", Float),
+    Column("updated_at", Float, nullable=False),
+    Column("error", Text),
+    Column("checkpoint_dir", Text),
+    Column("mlflow_run_id", String(64)),
+    Column("board_id", String(64)),
+    Column("gpus", Integer, nullable=False, default=0),
+    Column("batch", Integer, nullable=False, default=0),
+    Column("samples_done", Float, nullable=False, default=0.0),
+    Column("total_samples", Integer, nullable=False),
+    Column("attempts", Integer, nullable=False, default=0),
+)
+Index("malleable_jobs_cancel", jobs.c.cancel_requested, jobs.c.cancel_seen)
+
+allocations = Table(
+    "malleable_allocations",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", String(64), nullable=False, index=True),
+    Column("time", Float, nullable=False),  # seconds since the epoch
+    Column("gpus", Integer, nullable=False),
+    Column("batch", Integer, nullable=False),
+    Column("kind", String(16), nullable=False),
+)
+
+lease = Table(
+    "malleable_lease",
+    metadata,
+    Column("name", String(32), primary_key=True),
+    Column("holder", String(64)),
+    Column("host", String(255)),
+    Column("pid", Integer),
+    Column("expires_at", Float, nullable=False, default=0.0),
+    Column("cluster_address", String(255)),  # the Dask scheduler the holder drives
+    Column("cluster_owned", Boolean, nullable=False, default=False),  # started by the holder (embedded)
+)

@@ -1,0 +1,248 @@
+"""The durable job store: any SQLAlchemy URL (a sqlite file by default, PostgreSQL for a team).
+
+Clients write submissions and cancel requests; the one service holding the lease
+(``service.lease``) reads them and writes states, allocations and progress back. Every write
+is its own short transaction, so submitters and the service never wait on each other for
+long; idempotency and "exactly once" rest on the database's unique constraints.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, event, insert, inspect, select, update
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError, SQLAlchemyError
+
+from service import schema
+from service.records import AllocationRow, JobRow, JobState, Submission, Submitted
+
+
+class StoreError(RuntimeError):
+    """The store cannot be used; the message is one line naming the URL and what to do."""
+
+
+class StoreVersionError(StoreError):
+    """The store was written by another schema version."""
+
+
+class UnknownJobError(KeyError):
+    def __str__(self) -> str:
+        return f"no job {self.args[0]!r} in the store"
+
+
+def _sqlite_pragmas(dbapi_connection, _record) -> None:
+    # WAL lets submitters write while the service reads; NORMAL sync is durable across a
+    # process crash (only an OS crash may lose the last commits).
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def redact(url: str) -> str:
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return url
+
+
+def make_engine(url: str) -> Engine:
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise StoreError(f"job store URL {url!r}: not a database URL (e.g. sqlite:///path/jobs.db, postgresql+psycopg://user@host/db)") from None
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(parsed, connect_args={"timeout": 30})
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    try:
+        return create_engine(parsed, pool_pre_ping=True, connect_args={"connect_timeout": 10} if parsed.get_backend_name() == "postgresql" else {})
+    except ModuleNotFoundError as exc:
+        raise StoreError(f"job store URL {redact(url)!r}: its driver is not installed ({exc.name})") from None
+
+
+def _row(r) -> JobRow:
+    return JobRow(
+        seq=r.seq, id=r.id, name=r.name, submitter=r.submitter, state=JobState(r.state), spec=json.loads(r.spec),
+        submitted_at=r.submitted_at, started_at=r.started_at, finished_at=r.finished_at, updated_at=r.updated_at,
+        error=r.error, checkpoint_dir=r.checkpoint_dir, mlflow_run_id=r.mlflow_run_id, board_id=r.board_id,
+        gpus=r.gpus, batch=r.batch, samples_done=r.samples_done, total_samples=r.total_samples, attempts=r.attempts,
+        cancel_requested=r.cancel_requested,
+    )  # fmt: skip
+
+
+def new_job_id() -> str:
+    return "j" + uuid.uuid4().hex[:11]
+
+
+class JobStore:
+    """One store; cheap to open (a connection pool), safe to share between threads."""
+
+    def __init__(self, url: str, *, create: bool = True) -> None:
+        self.url = url
+        self.engine = make_engine(url)
+        try:
+            self._check_schema(create)
+        except OperationalError as exc:
+            self.engine.dispose()
+            reason = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else type(exc).__name__
+            raise StoreError(f"job store {redact(url)!r} is unreachable or damaged: {reason} (setting MALLEABLE_JOB_STORE)") from None
+        except SQLAlchemyError as exc:
+            self.engine.dispose()
+            raise StoreError(f"job store {redact(url)!r}: {type(exc).__name__}: {str(exc).splitlines()[0]} (setting MALLEABLE_JOB_STORE)") from None
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def _check_schema(self, create: bool) -> None:
+        tables = set(inspect(self.engine).get_table_names())
+        if schema.meta.name not in tables:
+            if not create:
+                raise StoreError(f"job store {redact(self.url)!r} holds no malleable jobs (start `malleable serve` or submit once to create it)")
+            try:
+                schema.metadata.create_all(self.engine)
+                with self.engine.begin() as conn:
+                    conn.execute(insert(schema.meta).values(key="schema_version", value=str(schema.SCHEMA_VERSION)))
+                    conn.execute(insert(schema.lease).values(name="scheduler", expires_at=0.0, cluster_owned=False))
+            except IntegrityError:
+                pass  # another process created it at the same moment
+        with self.engine.connect() as conn:
+            found = conn.execute(select(schema.meta.c.value).where(schema.meta.c.key == "schema_version")).scalar()
+        if found != str(schema.SCHEMA_VERSION):
+            raise StoreVersionError(
+                f"job store {redact(self.url)!r} has schema version {found}, this malleable uses {schema.SCHEMA_VERSION}: "
+                "use a store made by this version (MALLEABLE_JOB_STORE) or the malleable that made it"
+            )
+
+    # -- clients ---------------------------------------------------------------------------------
+
+    def submit(self, submission: Submission) -> Submitted:
+        return self.submit_many([submission])[0]
+
+    def submit_many(self, submissions: Sequence[Submission]) -> list[Submitted]:
+        """In order; a known idempotency key returns its earlier job."""
+        out: list[Submitted] = []
+        for sub in submissions:
+            out.append(self._submit_one(sub))
+        return out
+
+    def _submit_one(self, sub: Submission) -> Submitted:
+        if sub.idempotency_key is not None:
+            earlier = self._by_key(sub.idempotency_key)
+            if earlier is not None:
+                return Submitted(earlier, created=False)
+        job_id, now = new_job_id(), time.time()
+        values = dict(
+            id=job_id, name=sub.name, submitter=sub.submitter, idempotency_key=sub.idempotency_key, spec=json.dumps(sub.entry),
+            state=JobState.QUEUED.value, submitted_at=now, updated_at=now, total_samples=int(sub.entry["samples"]),
+            cancel_requested=False, cancel_seen=False, gpus=0, batch=0, samples_done=0.0, attempts=0,
+        )  # fmt: skip
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(insert(schema.jobs).values(**values))
+        except IntegrityError:
+            # Two retries of one submission raced: the other insert won; return its job.
+            earlier = self._by_key(sub.idempotency_key) if sub.idempotency_key is not None else None
+            if earlier is None:
+                raise
+            return Submitted(earlier, created=False)
+        return Submitted(job_id, created=True)
+
+    def _by_key(self, key: str) -> str | None:
+        with self.engine.connect() as conn:
+            return conn.execute(select(schema.jobs.c.id).where(schema.jobs.c.idempotency_key == key)).scalar()
+
+    def job(self, job_id: str) -> JobRow:
+        with self.engine.connect() as conn:
+            r = conn.execute(select(schema.jobs).where(schema.jobs.c.id == job_id)).first()
+        if r is None:
+            raise UnknownJobError(job_id)
+        return _row(r)
+
+    def jobs(self, states: Iterable[JobState] | None = None, ids: Iterable[str] | None = None, after_seq: int = 0) -> list[JobRow]:
+        """Jobs in submission order, optionally only those in ``states`` / with ``ids`` / after ``after_seq``."""
+        query = select(schema.jobs).where(schema.jobs.c.seq > after_seq).order_by(schema.jobs.c.seq)
+        if states is not None:
+            query = query.where(schema.jobs.c.state.in_([s.value for s in states]))
+        if ids is not None:
+            query = query.where(schema.jobs.c.id.in_(list(ids)))
+        with self.engine.connect() as conn:
+            return [_row(r) for r in conn.execute(query)]
+
+    def request_cancel(self, job_id: str) -> JobRow:
+        """A job that has not started is cancelled at once; a running one when the service stops it."""
+        now = time.time()
+        with self.engine.begin() as conn:
+            found = conn.execute(select(schema.jobs.c.state).where(schema.jobs.c.id == job_id)).scalar()
+            if found is None:
+                raise UnknownJobError(job_id)
+            if not JobState(found).terminal:
+                conn.execute(update(schema.jobs).where(schema.jobs.c.id == job_id).values(cancel_requested=True, updated_at=now))
+                conn.execute(
+                    update(schema.jobs)
+                    .where(schema.jobs.c.id == job_id, schema.jobs.c.state.in_([JobState.QUEUED.value, JobState.SUSPENDED.value]))
+                    .values(state=JobState.CANCELLED.value, finished_at=now)
+                )
+        return self.job(job_id)
+
+    def allocations(self, job_id: str) -> list[AllocationRow]:
+        query = select(schema.allocations).where(schema.allocations.c.job_id == job_id).order_by(schema.allocations.c.seq)
+        with self.engine.connect() as conn:
+            return [AllocationRow(r.job_id, r.time, r.gpus, r.batch, r.kind) for r in conn.execute(query)]
+
+    # -- the service -----------------------------------------------------------------------------
+
+    def take_cancel_requests(self) -> list[str]:
+        """Cancel requests the service has not acted on yet; each returned once."""
+        c = schema.jobs.c
+        with self.engine.begin() as conn:
+            ids = list(conn.execute(select(c.id).where(c.cancel_requested.is_(True), c.cancel_seen.is_(False))).scalars())
+            if ids:
+                conn.execute(update(schema.jobs).where(c.id.in_(ids)).values(cancel_seen=True))
+        return ids
+
+    def set_state(self, job_id: str, state: JobState, *, only_from: Sequence[JobState] | None = None, **fields: object) -> bool:
+        """Move a job to ``state`` (with extra columns); with ``only_from``, only from those states.
+        False if the job was elsewhere (e.g. a client cancelled it meanwhile)."""
+        now = time.time()
+        values: dict[str, object] = {"state": state.value, "updated_at": now, **fields}
+        if state is JobState.RUNNING:
+            values.setdefault("started_at", now)
+        if state.terminal:
+            values.setdefault("finished_at", now)
+            values.setdefault("gpus", 0)
+            values.setdefault("batch", 0)
+        query = update(schema.jobs).where(schema.jobs.c.id == job_id)
+        if only_from is not None:
+            query = query.where(schema.jobs.c.state.in_([s.value for s in only_from]))
+        with self.engine.begin() as conn:
+            return conn.execute(query.values(**values)).rowcount == 1
+
+    def update_job(self, job_id: str, **fields: object) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(update(schema.jobs).where(schema.jobs.c.id == job_id).values(updated_at=time.time(), **fields))
+
+    def record_allocations(self, rows: Sequence[AllocationRow]) -> None:
+        """Append to the allocation history and set each job's current GPUs and batch, in one transaction."""
+        if not rows:
+            return
+        with self.engine.begin() as conn:
+            conn.execute(insert(schema.allocations), [dict(job_id=r.job_id, time=r.time, gpus=r.gpus, batch=r.batch, kind=r.kind) for r in rows])
+            for r in rows:
+                conn.execute(update(schema.jobs).where(schema.jobs.c.id == r.job_id).values(gpus=r.gpus, batch=r.batch, updated_at=r.time))
+
+    def record_progress(self, progress: dict[str, float]) -> None:
+        if not progress:
+            return
+        now = time.time()
+        with self.engine.begin() as conn:
+            for job_id, samples in progress.items():
+                conn.execute(update(schema.jobs).where(schema.jobs.c.id == job_id).values(samples_done=samples, updated_at=now))

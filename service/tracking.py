@@ -1,0 +1,101 @@
+"""MLflow for the service: one run per job (schedule and training metrics logged as they happen),
+one run for the service itself (GPUs alive and in use, jobs queued, over time).
+
+MLflow being down must not stop the scheduler: the first failure is reported once and
+tracking is switched off for the rest of the service's life.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+log = logging.getLogger(__name__)
+
+
+class ServiceTracking:
+    def __init__(self, tracking_uri: str | None, experiment: str = "malleable", warn: Callable[[str], None] | None = None) -> None:
+        self._client = None
+        self._experiment_id: str | None = None
+        self._runs: dict[str, str] = {}
+        self._service_run: str | None = None
+        self._warn = warn or log.warning
+        if tracking_uri is None:
+            return
+        try:
+            from mlflow.tracking import MlflowClient
+
+            self._client = MlflowClient(tracking_uri)
+            found = self._client.get_experiment_by_name(experiment)
+            self._experiment_id = found.experiment_id if found else self._client.create_experiment(experiment)
+        except Exception as exc:  # noqa: BLE001 - see the module docstring
+            self._off(exc)
+
+    @property
+    def enabled(self) -> bool:
+        return self._client is not None
+
+    def _off(self, exc: BaseException) -> None:
+        self._client = None
+        self._warn(f"MLflow tracking is off for this service: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+
+    def _call(self, fn: Callable[[], object]) -> object:
+        if self._client is None:
+            return None
+        try:
+            return fn()
+        except Exception as exc:  # noqa: BLE001
+            self._off(exc)
+            return None
+
+    def service_started(self, params: dict[str, str]) -> None:
+        def go() -> None:
+            run = self._client.create_run(self._experiment_id, run_name=f"service-{time.strftime('%Y%m%d-%H%M%S')}", tags={"malleable.kind": "service"})
+            self._service_run = run.info.run_id
+            for k, v in params.items():
+                self._client.log_param(self._service_run, k, v)
+
+        self._call(go)
+
+    def job_run(self, job_id: str, name: str, existing: str | None, params: dict[str, object]) -> str | None:
+        """The job's run: its earlier one when it resumes, else a new one."""
+
+        def go() -> str:
+            from mlflow.entities import Param
+
+            if existing:
+                self._client.update_run(existing, status="RUNNING")
+                run_id = existing
+            else:
+                run = self._client.create_run(self._experiment_id, run_name=f"{name}-{job_id}", tags={"malleable.kind": "service-job", "malleable.job_id": job_id})
+                run_id = run.info.run_id
+                self._client.log_batch(run_id, params=[Param(k, str(v)[:500]) for k, v in params.items()])
+            self._runs[job_id] = run_id
+            return run_id
+
+        return self._call(go)  # type: ignore[return-value]
+
+    def metrics(self, job_id: str | None, values: dict[str, float], step: int = 0) -> None:
+        run_id = self._service_run if job_id is None else self._runs.get(job_id)
+        if run_id is None:
+            return
+
+        def go() -> None:
+            from mlflow.entities import Metric
+
+            now = int(time.time() * 1000)
+            self._client.log_batch(run_id, metrics=[Metric(k, float(v), now, step) for k, v in values.items() if v == v])
+
+        self._call(go)
+
+    def job_ended(self, job_id: str, status: str) -> None:
+        run_id = self._runs.pop(job_id, None)
+        if run_id is not None:
+            self._call(lambda: self._client.set_terminated(run_id, status=status))
+
+    def close(self, status: str = "FINISHED") -> None:
+        for job_id in list(self._runs):
+            self.job_ended(job_id, "KILLED")
+        if self._service_run is not None:
+            self._call(lambda: self._client.set_terminated(self._service_run, status=status))

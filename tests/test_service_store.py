@@ -1,0 +1,154 @@
+"""The job store and its lease on real databases: sqlite files and (when reachable) PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from sqlalchemy import update
+
+from service import schema
+from service.client import ServiceClient
+from service.lease import Lease, LeaseHeldError
+from service.records import JobState, Submission
+from service.store import JobStore, StoreError, StoreVersionError, UnknownJobError
+from tests.service_helpers import drop_postgres, job_entry, postgres_url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request, tmp_path):
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'jobs.db'}"
+        return
+    url = postgres_url()
+    yield url
+    drop_postgres(url)
+
+
+def test_submissions_keep_their_order_fields_and_idempotency(store_url):
+    client = ServiceClient(store_url, submitter="alice@host")
+    first = client.submit(job_entry("a", samples=500), idempotency_key="k1")
+    again = client.submit(job_entry("a", samples=500), idempotency_key="k1")  # a retried task
+    other = client.submit(job_entry("b", samples=700))
+    assert first.created and not again.created and again.job_id == first.job_id
+    rows = client.jobs()
+    assert [r.id for r in rows] == [first.job_id, other.job_id]
+    assert [r.name for r in rows] == ["a", "b"] and [r.total_samples for r in rows] == [500, 700]
+    assert all(r.state is JobState.QUEUED and r.submitter == "alice@host" for r in rows)
+    assert rows[0].spec["samples"] == 500 and rows[0].spec["workload"] == "elastic_tasks.examples:mlp_tiny"
+
+
+def test_a_bad_submission_names_the_field_and_writes_nothing(store_url):
+    client = ServiceClient(store_url)
+    with pytest.raises(ValueError, match=r"min_batch=64: is greater than max_batch=16"):
+        client.submit(job_entry("bad", min_batch=64, max_batch=16))
+    with pytest.raises(ValueError, match=r"workload='not an entry point'"):
+        client.submit(job_entry("bad", workload="not an entry point"))
+    assert client.jobs() == []
+
+
+def test_cancel_ends_a_queued_job_at_once_and_flags_a_running_one_for_the_service(store_url):
+    store = JobStore(store_url)
+    client = ServiceClient(store)
+    queued = client.submit(job_entry("q")).job_id
+    running = client.submit(job_entry("r")).job_id
+    assert store.set_state(running, JobState.RUNNING, only_from=(JobState.QUEUED,))
+    assert client.cancel(queued).state is JobState.CANCELLED
+    row = client.cancel(running)
+    assert row.state is JobState.RUNNING and row.cancel_requested
+    # The service hears each request once; a queued job cancelled before it was seen is not started.
+    assert sorted(store.take_cancel_requests()) == sorted([queued, running])
+    assert store.take_cancel_requests() == []
+    assert [r.id for r in store.jobs(states=[JobState.QUEUED])] == []
+    with pytest.raises(UnknownJobError):
+        client.cancel("j-nope")
+
+
+def test_a_state_change_from_an_unexpected_state_is_refused(store_url):
+    store = JobStore(store_url)
+    job = ServiceClient(store).submit(job_entry("x")).job_id
+    store.request_cancel(job)
+    # The service tries to start a job a client cancelled meanwhile: the store keeps "cancelled".
+    assert not store.set_state(job, JobState.RUNNING, only_from=(JobState.QUEUED, JobState.SUSPENDED))
+    assert store.job(job).state is JobState.CANCELLED
+
+
+def test_a_store_of_another_schema_version_is_refused_not_used(store_url):
+    store = JobStore(store_url)
+    with store.engine.begin() as conn:
+        conn.execute(update(schema.meta).where(schema.meta.c.key == "schema_version").values(value="999"))
+    with pytest.raises(StoreVersionError, match=r"schema version 999, this malleable uses 1"):
+        JobStore(store_url)
+
+
+def test_an_unreachable_store_is_one_line_naming_the_setting():
+    with pytest.raises(StoreError, match=r"MALLEABLE_JOB_STORE") as info:
+        JobStore("postgresql+psycopg://postgres@127.0.0.1:9/none")
+    assert "\n" not in str(info.value)
+    with pytest.raises(StoreError, match=r"not a database URL"):
+        JobStore("not a url://")
+
+
+def test_one_service_holds_the_lease_a_second_is_refused_a_dead_one_is_taken_over(store_url):
+    first, second = Lease(JobStore(store_url), ttl_s=30), Lease(JobStore(store_url), ttl_s=30)
+    assert first.acquire().previous is None
+    with pytest.raises(LeaseHeldError, match=r"another malleable service \(pid \d+ on"):
+        second.acquire()
+    first.release()
+    assert second.acquire().previous is None  # released cleanly: nothing to fence
+    # A holder on this host whose process is gone (kill -9) is taken over before its TTL ends.
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    pid = int(dead.stdout)
+    store = JobStore(store_url)
+    with store.engine.begin() as conn:
+        conn.execute(update(schema.lease).values(holder="crashed", pid=pid, cluster_address="tcp://127.0.0.1:1"))
+    taken = Lease(store, ttl_s=30).acquire()
+    assert taken.previous is not None and taken.previous.holder == "crashed" and taken.previous.cluster_address == "tcp://127.0.0.1:1"
+
+
+def test_renewal_fails_once_another_holder_took_the_lease(store_url):
+    store = JobStore(store_url)
+    lease = Lease(store, ttl_s=30)
+    lease.acquire()
+    assert lease.renew()
+    with store.engine.begin() as conn:
+        conn.execute(update(schema.lease).values(holder="someone-else"))
+    assert not lease.renew() and lease.lost.is_set()
+
+
+SUBMITTER = textwrap.dedent(
+    """
+    import sys
+    from service.client import ServiceClient
+    from tests.service_helpers import job_entry
+    url, who, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    client = ServiceClient(url, submitter=who)
+    for i in range(n):
+        # Every submission twice, as a retried Prefect task would: the key makes it one job.
+        for _ in range(2):
+            client.submit(job_entry(f"{who}-{i}"), idempotency_key=f"{who}-{i}")
+    """
+)
+
+
+def test_two_submitter_processes_at_once_give_every_job_exactly_once(store_url):
+    JobStore(store_url)  # created before the race, as a running service would have
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    n = 60
+    procs = [subprocess.Popen([sys.executable, "-c", SUBMITTER, store_url, who, str(n)], env=env) for who in ("p1", "p2")]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    names = [r.name for r in JobStore(store_url).jobs()]
+    expected = {f"{who}-{i}" for who in ("p1", "p2") for i in range(n)}
+    assert len(names) == len(expected) == 2 * n and set(names) == expected
+
+
+def test_submit_many_returns_earlier_jobs_for_known_keys(store_url):
+    store = JobStore(store_url)
+    subs = [Submission(f"s{i}", job_entry(f"s{i}"), "me", f"file:s{i}") for i in range(3)]
+    first = store.submit_many(subs)
+    second = store.submit_many(subs)
+    assert [s.job_id for s in first] == [s.job_id for s in second]
+    assert all(s.created for s in first) and not any(s.created for s in second)
