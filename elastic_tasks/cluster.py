@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import dask
 from distributed import Client, LocalCluster
+from distributed.diagnostics.plugin import WorkerPlugin
 
 # Dask's nanny starts workers with MALLOC_TRIM_THRESHOLD_=65536 (to hand memory back), which
 # also switches off glibc's dynamic mmap threshold: every large tensor a training step
@@ -50,6 +51,21 @@ def warm_up(client: Client, entrypoint: str, workers: list[str] | None = None) -
     the first job's plan publish took 1.3-1.9 s, later ones 0.01 s).
     """
     client.run(_warm, entrypoint, workers=workers)
+    client.run_on_scheduler(_import_trainer)
+
+
+class TrainerImport(WorkerPlugin):
+    """Imports the trainer (torch, torch.distributed) on every worker, including workers that join
+    later: a long-lived service's first rank on a fresh worker then pays the regroup, not the import."""
+
+    name = "malleable-trainer-import"
+
+    def setup(self, worker) -> None:  # noqa: ANN001 - distributed's Worker
+        _import_trainer()
+
+
+def warm_up_trainer(client: Client) -> None:
+    client.register_plugin(TrainerImport())
     client.run_on_scheduler(_import_trainer)
 
 

@@ -292,15 +292,20 @@ class JobCoordinator:
         """
         if self.config.checkpoint_dir is None:
             raise ValueError("checkpoint_dir=None: suspending a job needs a checkpoint directory")
-        wait_s = self._startup_timeout() if timeout is None else timeout
+        wait_s = 4 * self.config.timeout_s if timeout is None else timeout
         with self._plan_lock:
             if self._events.finished is not None or not self.members:
                 return False
             version = self._next_version()
             self._publish(Plan(version, PlanKind.CHECKPOINT_STOP, (), self.global_batch))
             self._stopping, self.members = self.members, ()
-        stopped = self._wait_for(lambda e: e.stopped.get(version) or e.finished, wait_s)
-        self.collect()
+        stopping = self._stopping
+        # Workers killed with the service (Ctrl-C reaches a terminal's whole process group) never
+        # answer: stop waiting once all of them are gone.
+        stopped = self._wait_for(lambda e: e.stopped.get(version) or e.finished or all(self._dead(u) for u in stopping), wait_s)
+        # Shutting down: the ranks' results are not needed, and a rank whose worker died with the
+        # service would hold a wait for its result until the start-up timeout.
+        self.abandon()
         return isinstance(stopped, RankEvent) and stopped.kind == EventKind.STOPPED
 
     def failure(self) -> str | None:

@@ -55,22 +55,27 @@ def serve(
         console.print(f"[dim]{time.strftime('%H:%M:%S')}[/] {line}", highlight=False, soft_wrap=True)
 
     kube = KubeSpec(namespace=settings.kube_namespace, image=settings.kube_image, workers=settings.workers)
+    service = None
     try:
+        service = Service(config, say=say)
+        service.acquire()  # before any cluster starts: a second service exits at once
+
+        def on_signal(signum, _frame) -> None:
+            say(f"{signal.Signals(signum).name}: stopping (running jobs checkpoint first)")
+            service.stop()
+            signal.signal(signum, signal.SIG_DFL)  # a second one ends at once
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
         with connect(settings.cluster.value, workers=settings.workers, address=settings.scheduler_address, kube=kube) as client:
-            service = Service(config, client, cluster_owned=settings.cluster.value != "address", say=say)
-
-            def on_signal(signum, _frame) -> None:
-                say(f"{signal.Signals(signum).name}: stopping (running jobs checkpoint first)")
-                service.stop()
-                signal.signal(signum, signal.SIG_DFL)  # a second one ends at once
-
-            signal.signal(signal.SIGTERM, on_signal)
-            signal.signal(signal.SIGINT, on_signal)
-            service.run()
+            service.run(client, cluster_owned=settings.cluster.value != "address")
     except LeaseHeldError as exc:
         fail(str(exc), code=EXIT_FAILED)
     except StoreError as exc:
         fail(str(exc), code=EXIT_FAILED)
+    finally:
+        if service is not None:
+            service.lease.release()  # also when the cluster never came up
     say("stopped")
 
 

@@ -27,7 +27,7 @@ class Fenced:
     shut_down: bool  # the old, service-owned cluster was shut down
 
 
-def fence(previous: LeaseInfo, jobs: Sequence[JobRow], current: Client, timeout_s: float = 20.0) -> Fenced:
+def fence(previous: LeaseInfo, jobs: Sequence[JobRow], current: Client, timeout_s: float = 20.0, stale_s: float = 15.0) -> Fenced:
     if not previous.cluster_address:
         return Fenced(False, (), False)
     same = previous.cluster_address == current.scheduler.address
@@ -36,7 +36,15 @@ def fence(previous: LeaseInfo, jobs: Sequence[JobRow], current: Client, timeout_
     except (OSError, TimeoutError):
         return Fenced(False, (), False)  # gone with the service: nothing of it still trains
     try:
-        boards = {r.id: JobBoard(r.board_id, old) for r in jobs if r.board_id}
+        # Only jobs whose ranks still report (a recent status on their board) need telling; the
+        # others died with the service. (The scheduler forgets a dead client's tasks, so its task
+        # lists cannot say which ranks still run.)
+        boards = {}
+        for r in jobs:
+            board = JobBoard(r.board_id, old) if r.board_id else None
+            status = board.status() if board is not None else None
+            if status is not None and time.time() - status.time < stale_s:
+                boards[r.id] = board
         for board in boards.values():
             latest = board.latest_version()
             board.publish(Plan((latest or 0) + 1, PlanKind.CHECKPOINT_STOP, (), 1))

@@ -20,12 +20,12 @@ from distributed import Client
 from allocator.admission import OverflowMode
 from allocator.loop import LoopResult, LoopSettings, run_loop
 from allocator.policies import make_policy
-from elastic_tasks.cluster import gpu_workers
+from elastic_tasks.cluster import gpu_workers, warm_up_trainer
 from elastic_tasks.entrypoints import resolve_workload
 from elastic_tasks.executor import DaskExecutor, JobSettings, WallClock
 from service.feed import StoreFeed
 from service.fence import fence
-from service.lease import Lease
+from service.lease import Lease, Taken
 from service.records import RESUMABLE, JobState
 from service.recorder import StoreRecorder
 from service.store import JobStore
@@ -61,14 +61,20 @@ class ServiceConfig:
 
 
 class Service:
-    """One running service; ``stop()`` (any thread, a signal handler) ends it cleanly."""
+    """One service: ``acquire()`` the store's lease (before any cluster starts), then ``run()``;
+    ``stop()`` (any thread, a signal handler) ends it cleanly."""
 
-    def __init__(self, config: ServiceConfig, client: Client, *, cluster_owned: bool, say: Callable[[str], None] = print) -> None:
-        self.config, self.client, self.cluster_owned, self.say = config, client, cluster_owned, say
+    def __init__(self, config: ServiceConfig, say: Callable[[str], None] = print) -> None:
+        self.config, self.say = config, say
         self.stopping = threading.Event()
         self.store = JobStore(config.store_url)
         self.lease = Lease(self.store, config.lease_ttl_s)
         self.result: LoopResult | None = None
+        self._taken: Taken | None = None
+
+    def acquire(self) -> None:
+        """Take the store's lease; LeaseHeldError if another service schedules this store."""
+        self._taken = self.lease.acquire()
 
     def stop(self) -> None:
         self.stopping.set()
@@ -76,9 +82,12 @@ class Service:
     def checkpoint_dir(self, job_id: str) -> str:
         return str(Path(self.config.checkpoint_root) / job_id)
 
-    def run(self) -> LoopResult:
+    def run(self, client: Client, *, cluster_owned: bool) -> LoopResult:
         cfg = self.config
-        taken = self.lease.acquire()  # LeaseHeldError: another service schedules this store
+        if self._taken is None:
+            self.acquire()
+        taken = self._taken
+        self.client, self.cluster_owned = client, cluster_owned
         tracking = ServiceTracking(cfg.tracking_uri, cfg.experiment, warn=self.say)
         executor: DaskExecutor | None = None
         try:
@@ -87,11 +96,12 @@ class Service:
             resume = self.store.jobs(states=RESUMABLE)
             if taken.previous is not None:
                 running = [r for r in resume if r.state is JobState.RUNNING]
-                fenced = fence(taken.previous, running, self.client)
+                fenced = fence(taken.previous, running, client)
                 if fenced.reached:
                     self.say(f"previous service died: its ranks of {len(fenced.stopped)} job(s) checkpointed and stopped" + (", its cluster shut down" if fenced.shut_down else ""))
             if resume:
                 self.say(f"{len(resume)} unfinished job(s) from the store: " + ", ".join(f"{r.id} ({r.state.value})" for r in resume))
+            warm_up_trainer(self.client)
             clock = WallClock()
             settings = JobSettings(timeout_s=cfg.collective_timeout_s, checkpoint_root=cfg.checkpoint_root, checkpoint_every=cfg.checkpoint_every, poll_s=cfg.poll_s)
             executor = DaskExecutor(self.client, lambda spec: resolve_workload(spec.workload, spec.id), settings, clock=clock)
