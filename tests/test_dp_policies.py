@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from allocator.policies import available_policies, make_policy
 from allocator.policies.dp import solve_dp, solve_dp_python
-from allocator.types import ClusterSnapshot, InfeasibleError, RunningJob, validate_allocation
+from allocator.admission import OverflowMode, reallocate
+from allocator.types import ClusterSnapshot, InfeasibleError, RunningJob, Share, validate_allocation
 from tests.factories import make_job, make_profile
 from tests.strategies import snapshots
 
@@ -162,3 +163,37 @@ def test_registry_lists_builtins():
     assert {"elastic_dp", "fixed_batch", "fixed_batch_dp"} <= set(available_policies())
     with pytest.raises(ValueError, match="policy='nope'"):
         make_policy("nope")
+
+
+def test_fixed_batch_dp_does_not_depend_on_max_batch_when_the_batch_is_fixed():
+    # Issue 16: the DP normalised by T(max_batch, 1), so a job's max_batch moved GPUs between
+    # jobs although its batch (64) never changes. Same jobs, same fixed batch, two max_batch.
+    pa = make_profile("a", overhead_s=0.017, rate=4200.0, cap=256, latency_s=1e-4, seconds_per_param=0.0)
+    pb = make_profile("b", overhead_s=0.028, rate=500.0, cap=256, latency_s=1e-4, seconds_per_param=0.0)
+    b = make_job("b", profile=pb, min_batch=32, max_batch=64, fixed_batch=64, max_gpus=8)
+    got = []
+    for max_batch in (64, 1024):
+        a = make_job("a", profile=pa, min_batch=32, max_batch=max_batch, fixed_batch=64, max_gpus=8)
+        snap = ClusterSnapshot(0.0, 6, queued=(a, b))
+        got.append(make_policy("fixed_batch_dp").allocate(snap))
+        # The optimum, enumerated: value of k GPUs = T(64, k) / T(64, 1), the fixed batch's own scale.
+        values = [[_speed(j, 64, k) / _speed(j, 64, 1) if k else -np.inf for k in range(7)] for j in (a, b)]
+        best = max(values[0][ka] + values[1][kb] for ka in range(1, 6) for kb in range(1, 7 - ka))
+        assert values[0][got[-1]["a"].gpus] + values[1][got[-1]["b"].gpus] == pytest.approx(best)
+    assert got[0] == got[1]
+
+
+def test_fixed_batch_backfills_by_default_and_blocks_with_strict_fifo():
+    # Issue 16: under strict FIFO one job asking for most of the cluster held up every job
+    # behind it. 8 GPUs, 6 held; "big" asks for 4 (waits), "small" behind it asks for 1 (fits).
+    running = make_job("r", max_batch=64, requested_gpus=6, elastic=False, max_gpus=8)
+    big = make_job("big", max_batch=64, requested_gpus=4, elastic=False, max_gpus=8, arrival_time=1.0)
+    small = make_job("small", max_batch=64, requested_gpus=1, elastic=False, max_gpus=8, arrival_time=2.0)
+    snap = ClusterSnapshot(5.0, 8, running=(RunningJob(running, Share(gpus=6, batch=64)),), queued=(big, small))
+    backfill = reallocate(snap, make_policy("fixed_batch"), OverflowMode.QUEUE)
+    assert [j.id for j in backfill.admission.admitted] == ["small"] and [j.id for j in backfill.admission.queued] == ["big"]
+    assert backfill.allocation["small"].gpus == 1 and backfill.allocation.total_gpus == 7
+    strict = reallocate(snap, make_policy("fixed_batch", strict_fifo=True), OverflowMode.QUEUE)
+    assert strict.admission.admitted == () and [j.id for j in strict.admission.queued] == ["big", "small"]
+    with pytest.raises(ValueError, match="strict_fifo='yes'"):
+        make_policy("fixed_batch", strict_fifo="yes")

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from allocator.idle_nodes.model import ScalingCurve
-from allocator.idle_nodes.snapshot_io import RescaleCost
+from allocator.idle_nodes.snapshot_io import NodeRescaleCost
 from allocator.idle_nodes.trace import IdleTrace, idle_integral
 from allocator.policies.base import Policy
 from allocator.types import AllreduceModel, ClusterSnapshot, JobSpec, RunningJob, Share, ThroughputProfile
@@ -49,11 +49,14 @@ def trainer_spec(job_id: str, workload: str, curve: ScalingCurve, total_samples:
 
 
 @dataclass(frozen=True, slots=True)
-class ScheduleRow:
+class NodeScheduleRow:
+    """A replay row: from ``time`` on, ``job_id`` holds ``nodes`` idle nodes (the loop's
+    ``ScheduleRow`` counts GPUs and batch instead)."""
+
     time: float
     job_id: str
     nodes: int
-    cause: str  # "policy" or "preempted"
+    cause: str  # "policy", "preempted" or "completed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +80,7 @@ class ReplayResult:
     completed: tuple[str, ...]
     solve_s: tuple[float, ...]
     fallbacks: int  # decisions where the MILP kept the current map (time-out, infeasible, error)
-    schedule: tuple[ScheduleRow, ...]
+    schedule: tuple[NodeScheduleRow, ...]
 
     @property
     def throughput(self) -> float:
@@ -119,7 +122,7 @@ def best_static_rate(curves: Sequence[ScalingCurve], nodes: float, limits: Seque
 class _Job:
     spec: JobSpec
     curve: ScalingCurve
-    cost: RescaleCost
+    cost: NodeRescaleCost
     share: Share | None = None
     done: float = 0.0
     stall_until: float = -math.inf
@@ -153,8 +156,8 @@ def replay(
     jobs: Sequence[JobSpec],
     policy: Policy,
     curves: Mapping[str, ScalingCurve],
-    costs: Mapping[str, RescaleCost] | None = None,
-    default_cost: RescaleCost = RescaleCost(20.0, 5.0),
+    costs: Mapping[str, NodeRescaleCost] | None = None,
+    default_cost: NodeRescaleCost = NodeRescaleCost(20.0, 5.0),
     max_parallel: int = 10,
     start: float | None = None,
     end: float | None = None,
@@ -178,7 +181,7 @@ def replay(
         for c in events[ei][1]:
             (idle.__setitem__(c.node, None) if c.idle else idle.pop(c.node, None))
         ei += 1
-    schedule: list[ScheduleRow] = []
+    schedule: list[NodeScheduleRow] = []
     solve_s: list[float] = []
     counters = dict(events=0, decisions=0, grows=0, shrinks=0, starts=0, stops=0, preemptions=0, fallbacks=0)
     lost = 0.0
@@ -224,7 +227,7 @@ def replay(
                 lost += j.rate() * j.cost.down_s
                 j.stall_until = max(j.stall_until, t + j.cost.down_s)
             j.share = new
-            schedule.append(ScheduleRow(t, j.spec.id, len(after), "policy"))
+            schedule.append(NodeScheduleRow(t, j.spec.id, len(after), "policy"))
 
     decide(now)
     while now < t_end:
@@ -240,7 +243,7 @@ def replay(
             if j.finished is None and j.nodes and j.done >= j.spec.total_samples - 1e-6:
                 j.finished = now
                 j.share = None
-                schedule.append(ScheduleRow(now, j.spec.id, 0, "completed"))
+                schedule.append(NodeScheduleRow(now, j.spec.id, 0, "completed"))
         if t_event <= now:
             counters["events"] += 1
             for c in events[ei][1]:
@@ -258,7 +261,7 @@ def replay(
                 else:
                     j.share = replace(j.share, gpus=len(kept), nodes=kept)
                     j.stall_until = max(j.stall_until, now + j.cost.down_s)
-                schedule.append(ScheduleRow(now, j.spec.id, len(kept), "preempted"))
+                schedule.append(NodeScheduleRow(now, j.spec.id, len(kept), "preempted"))
         decide(now)
 
     node_seconds = idle_integral(trace, t_start, t_end)

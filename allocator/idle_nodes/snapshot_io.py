@@ -28,8 +28,9 @@ class ObjectiveKind(str, Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class RescaleCost:
-    """R_up / R_dw: seconds a trainer makes no progress when it grows / shrinks."""
+class NodeRescaleCost:
+    """R_up / R_dw: seconds a trainer makes no progress when it grows / shrinks (seed 003's
+    per-direction cost; the simulator's per-event cost is ``allocator.simulator.RescaleCost``)."""
 
     up_s: float = 0.0
     down_s: float = 0.0
@@ -38,7 +39,7 @@ class RescaleCost:
         for name in ("up_s", "down_s"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
-                raise ValueError(f"RescaleCost.{name}={v!r}: must be a finite number >= 0")
+                raise ValueError(f"NodeRescaleCost.{name}={v!r}: must be a finite number >= 0")
 
 
 def node_size(snapshot: ClusterSnapshot) -> int:
@@ -121,8 +122,8 @@ def problem_from_snapshot(
     snapshot: ClusterSnapshot,
     t_fwd: float,
     objective: ObjectiveKind,
-    default_cost: RescaleCost,
-    costs: Mapping[str, RescaleCost],
+    default_cost: NodeRescaleCost,
+    costs: Mapping[str, NodeRescaleCost],
     curves: Mapping[str, ScalingCurve],
 ) -> Problem:
     g = node_size(snapshot)

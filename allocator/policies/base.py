@@ -8,30 +8,10 @@ so a policy's settings travel with its name.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol, runtime_checkable
 
-from allocator.types import Allocation, ClusterSnapshot, JobSpec
+from allocator.protocols import Policy, SupportsMinGpus
 
-
-@runtime_checkable
-class Policy(Protocol):
-    name: str
-
-    def allocate(self, snapshot: ClusterSnapshot) -> Allocation:
-        """Shares for every job in the snapshot (running and queued); InfeasibleError if some
-        job cannot get its minimum."""
-        ...
-
-
-@runtime_checkable
-class SupportsMinGpus(Protocol):
-    """A policy that can say, without solving, the fewest GPUs a job needs under it.
-
-    Admission uses it for seed 000's feasibility test (every job >= its minimum) in O(1)
-    per job instead of one full solve per queued job.
-    """
-
-    def min_gpus(self, job: JobSpec, capacity: int) -> int | None: ...
+__all__ = ["Policy", "PolicyFactory", "SupportsMinGpus", "UnknownPolicyError", "available_policies", "make_policy", "register"]
 
 
 class UnknownPolicyError(ValueError):

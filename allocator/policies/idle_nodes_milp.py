@@ -49,7 +49,7 @@ from allocator.idle_nodes.model import (
 )
 from allocator.idle_nodes.snapshot_io import (
     ObjectiveKind,
-    RescaleCost,
+    NodeRescaleCost,
     allocation_from_assignment,
     problem_from_snapshot,
 )
@@ -380,8 +380,8 @@ class IdleNodesMilp:
     time_limit_s: float = 10.0
     pwl: PwlMode = PwlMode.HULL
     mip_gap: float = 1e-6
-    default_cost: RescaleCost = field(default_factory=RescaleCost)
-    costs: Mapping[str, RescaleCost] = field(default_factory=dict)
+    default_cost: NodeRescaleCost = field(default_factory=NodeRescaleCost)
+    costs: Mapping[str, NodeRescaleCost] = field(default_factory=dict)
     curves: Mapping[str, ScalingCurve] = field(default_factory=dict)
     name: str = "idle_nodes_milp"
     last: Decision | None = None
@@ -414,7 +414,7 @@ def make_idle_nodes_milp(
     mip_gap: float = 1e-6,
     up_s: float = 0.0,
     down_s: float = 0.0,
-    costs: Mapping[str, RescaleCost] | None = None,
+    costs: Mapping[str, NodeRescaleCost] | None = None,
     curves: Mapping[str, ScalingCurve] | None = None,
 ) -> IdleNodesMilp:
     if not (isinstance(time_limit_s, (int, float)) and math.isfinite(time_limit_s) and time_limit_s > 0):
@@ -428,7 +428,7 @@ def make_idle_nodes_milp(
         time_limit_s=float(time_limit_s),
         pwl=_enum(PwlMode, "pwl", pwl),
         mip_gap=mip_gap,
-        default_cost=RescaleCost(up_s, down_s),
+        default_cost=NodeRescaleCost(up_s, down_s),
         costs=dict(costs or {}),
         curves=dict(curves or {}),
     )
