@@ -7,11 +7,12 @@ so a policy's settings travel with its name.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 
 from allocator.protocols import Policy, SupportsMinGpus
 
-__all__ = ["Policy", "PolicyFactory", "SupportsMinGpus", "UnknownPolicyError", "available_policies", "make_policy", "register"]
+__all__ = ["Policy", "PolicyFactory", "SupportsMinGpus", "UnknownPolicyError", "available_policies", "make_policy", "policy_parameters", "register"]
 
 
 class UnknownPolicyError(ValueError):
@@ -43,3 +44,11 @@ def make_policy(name: str, **params: object) -> Policy:
     except KeyError:
         raise UnknownPolicyError(f"policy={name!r}: unknown policy; choose one of {', '.join(available_policies())}") from None
     return factory(**params)
+
+
+def policy_parameters(name: str) -> tuple[str, ...]:
+    """The keyword parameters a registered policy's factory names (what a caller may set)."""
+    if name not in _REGISTRY:
+        make_policy(name)  # raises UnknownPolicyError listing the known ones
+    kinds = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return tuple(p.name for p in inspect.signature(_REGISTRY[name]).parameters.values() if p.kind in kinds)
