@@ -78,8 +78,8 @@ def policy_settings(names: list[str], params: list[str], strict_fifo: bool | Non
     ``--backfill`` also reaches a policy with its own ``strict_fifo``. ValueError names the flag."""
     out: dict[str, dict[str, object]] = {name: {} for name in names}
     for raw in params:
-        scope, _, assignment = raw.rpartition(":") if ":" in raw.split("=", 1)[0] else ("", "", raw)
-        key, eq, value = assignment.partition("=")
+        target, eq, value = raw.partition("=")
+        scope, _, key = target.rpartition(":")
         if not eq or not key:
             raise ValueError(f"param={raw!r}: expected [POLICY:]KEY=VALUE")
         if scope and scope not in out:
