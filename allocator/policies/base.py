@@ -1,4 +1,5 @@
-"""The one interface every policy implements, and the registry that names them.
+"""The registry that names policies (the ``Policy`` protocol itself lives at the bottom of
+the package, in ``allocator/protocols.py``, and is re-exported here).
 
 Each policy module registers its own factory with ``@register``; nothing dispatches on
 name strings elsewhere. Factories take keyword parameters (e.g. a seed or a threshold)
