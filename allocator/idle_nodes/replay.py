@@ -119,6 +119,20 @@ def best_static_rate(curves: Sequence[ScalingCurve], nodes: float, limits: Seque
 
 
 @dataclass(slots=True)
+class _Counts:
+    """What a replay counted as it went (ReplayResult carries the totals)."""
+
+    events: int = 0
+    decisions: int = 0
+    grows: int = 0
+    shrinks: int = 0
+    starts: int = 0
+    stops: int = 0
+    preemptions: int = 0
+    fallbacks: int = 0
+
+
+@dataclass(slots=True)
 class _Job:
     spec: JobSpec
     curve: ScalingCurve
@@ -183,7 +197,7 @@ def replay(
         ei += 1
     schedule: list[NodeScheduleRow] = []
     solve_s: list[float] = []
-    counters = dict(events=0, decisions=0, grows=0, shrinks=0, starts=0, stops=0, preemptions=0, fallbacks=0)
+    counts = _Counts()
     lost = 0.0
     now = t_start
 
@@ -198,8 +212,8 @@ def replay(
         solve_s.append(time.perf_counter() - t0)
         last = getattr(policy, "last", None)
         if last is not None and getattr(last, "kept_previous", False):
-            counters["fallbacks"] += 1
-        counters["decisions"] += 1
+            counts.fallbacks += 1
+        counts.decisions += 1
         owner: dict[str, str] = {}
         for job_id, share in allocation.shares:
             for n in share.nodes:
@@ -214,16 +228,16 @@ def replay(
             if before and after and (after - before) and (before - after):
                 raise RuntimeError(f"policy {policy.name} migrated job {j.spec.id!r}")
             if not before:
-                counters["starts"] += 1
+                counts.starts += 1
                 j.stall_until = t + j.cost.up_s
             elif not after:
-                counters["stops"] += 1
+                counts.stops += 1
             elif len(after) > len(before):
-                counters["grows"] += 1
+                counts.grows += 1
                 lost += j.rate() * j.cost.up_s
                 j.stall_until = max(j.stall_until, t + j.cost.up_s)
             else:
-                counters["shrinks"] += 1
+                counts.shrinks += 1
                 lost += j.rate() * j.cost.down_s
                 j.stall_until = max(j.stall_until, t + j.cost.down_s)
             j.share = new
@@ -245,7 +259,7 @@ def replay(
                 j.share = None
                 schedule.append(NodeScheduleRow(now, j.spec.id, 0, "completed"))
         if t_event <= now:
-            counters["events"] += 1
+            counts.events += 1
             for c in events[ei][1]:
                 (idle.__setitem__(c.node, None) if c.idle else idle.pop(c.node, None))
             ei += 1
@@ -255,7 +269,7 @@ def replay(
                 kept = tuple(n for n in j.share.nodes if n in idle)
                 if len(kept) == len(j.share.nodes):
                     continue
-                counters["preemptions"] += 1
+                counts.preemptions += 1
                 if len(kept) < j.spec.min_gpus:
                     j.share = None
                 else:
@@ -278,16 +292,16 @@ def replay(
         samples=samples,
         static_samples=static,
         utilisation=samples / static if static > 0 else 0.0,
-        events=counters["events"],
-        decisions=counters["decisions"],
-        grows=counters["grows"],
-        shrinks=counters["shrinks"],
-        starts=counters["starts"],
-        stops=counters["stops"],
-        preemptions=counters["preemptions"],
+        events=counts.events,
+        decisions=counts.decisions,
+        grows=counts.grows,
+        shrinks=counts.shrinks,
+        starts=counts.starts,
+        stops=counts.stops,
+        preemptions=counts.preemptions,
         rescale_loss_samples=lost,
         completed=tuple(j.spec.id for j in state if j.finished is not None),
         solve_s=tuple(solve_s),
-        fallbacks=counters["fallbacks"],
+        fallbacks=counts.fallbacks,
         schedule=tuple(schedule),
     )
