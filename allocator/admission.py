@@ -8,36 +8,15 @@ minimum GPUs under the policy. What does not fit is dropped or stays queued, a s
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from enum import Enum
-from typing import Protocol, runtime_checkable
 
-from allocator.policies.base import Policy, SupportsMinGpus
+from allocator.protocols import AdmissionDecision, OverflowMode, Policy, SupportsAdmission, SupportsMinGpus
 from allocator.types import Allocation, ClusterSnapshot, InfeasibleError, JobSpec, RunningJob
 
-
-class OverflowMode(str, Enum):
-    """What happens to a job that does not fit now."""
-
-    DROP = "drop"
-    QUEUE = "queue"
+__all__ = ["AdmissionDecision", "OverflowMode", "Reallocation", "SupportsAdmission", "admit", "admit_in_order", "reallocate"]
 
 
 @dataclass(frozen=True, slots=True)
-class AdmissionDecision:
-    admitted: tuple[JobSpec, ...]
-    queued: tuple[JobSpec, ...]
-    dropped: tuple[JobSpec, ...]
-
-
-@runtime_checkable
-class SupportsAdmission(Protocol):
-    """A policy with its own admission rule (queue discipline, start condition), e.g. Elan's E-BF."""
-
-    def admit(self, snapshot: ClusterSnapshot, mode: OverflowMode) -> AdmissionDecision: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
+class Reallocation:
     """The outcome of one re-allocation: who runs with what, who waits, who was turned away."""
 
     allocation: Allocation
@@ -55,15 +34,20 @@ def _fits(policy: Policy, snapshot: ClusterSnapshot, jobs: list[JobSpec]) -> boo
 
 
 def admit(snapshot: ClusterSnapshot, policy: Policy, mode: OverflowMode, strict_fifo: bool = True) -> AdmissionDecision:
+    """A policy with its own rule (``SupportsAdmission``) decides for itself; any other is
+    admitted by ``admit_in_order``."""
+    if isinstance(policy, SupportsAdmission):
+        return policy.admit(snapshot, mode)
+    return admit_in_order(snapshot, policy, mode, strict_fifo)
+
+
+def admit_in_order(snapshot: ClusterSnapshot, policy: Policy, mode: OverflowMode, strict_fifo: bool = True) -> AdmissionDecision:
     """Add queued jobs one by one, in arrival order, while everyone still fits (seed 000, Fig. 4).
 
     With ``strict_fifo`` the first job that does not fit blocks the ones behind it (a FIFO
-    queue); without it later, smaller jobs may pass. In DROP mode a job that does not fit
-    is rejected now and never retried. A policy with its own rule (``SupportsAdmission``)
-    decides for itself.
+    queue); without it later, smaller jobs may pass (backfill). In DROP mode a job that does
+    not fit is rejected now and never retried.
     """
-    if isinstance(policy, SupportsAdmission):
-        return policy.admit(snapshot, mode)
     accepted = [r.spec for r in snapshot.running]
     admitted: list[JobSpec] = []
     waiting: list[JobSpec] = []
@@ -96,7 +80,7 @@ def admit(snapshot: ClusterSnapshot, policy: Policy, mode: OverflowMode, strict_
     return AdmissionDecision(tuple(admitted), tuple(waiting), tuple(dropped))
 
 
-def reallocate(snapshot: ClusterSnapshot, policy: Policy, mode: OverflowMode, strict_fifo: bool = True) -> Decision:
+def reallocate(snapshot: ClusterSnapshot, policy: Policy, mode: OverflowMode, strict_fifo: bool = True) -> Reallocation:
     """One interval-Δ step: admit what fits, then allocate GPUs and batch to running + admitted jobs."""
     decision = admit(snapshot, policy, mode, strict_fifo)
     trial = ClusterSnapshot(
@@ -107,4 +91,4 @@ def reallocate(snapshot: ClusterSnapshot, policy: Policy, mode: OverflowMode, st
         nodes=snapshot.nodes,
     )
     allocation = policy.allocate(trial)
-    return Decision(allocation=allocation, admission=decision)
+    return Reallocation(allocation=allocation, admission=decision)

@@ -10,7 +10,9 @@ Format::
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from pathlib import Path
 
 from allocator.types import AllreduceModel, ThroughputProfile
 
@@ -30,8 +32,20 @@ def profile_to_dict(profile: ThroughputProfile) -> dict[str, object]:
     }
 
 
-def profile_from_dict(data: object, where: str = "profile") -> ThroughputProfile:
-    """Build a profile from parsed JSON/YAML; errors say ``where`` and which field is wrong."""
+def monotone_envelope(times: tuple[float, ...]) -> tuple[float, ...]:
+    """The smallest non-decreasing sequence at or above ``times`` (running maximum): a point
+    measured faster than a smaller batch before it (noise, a few per cent) is raised to that
+    batch's time. Raising, never lowering, keeps the model from promising speed nobody measured."""
+    out, top = [], float("-inf")
+    for t in times:
+        top = max(top, t)
+        out.append(top)
+    return tuple(out)
+
+
+def profile_from_dict(data: object, where: str = "profile", envelope: bool = False) -> ThroughputProfile:
+    """Build a profile from parsed JSON/YAML; errors say ``where`` and which field is wrong.
+    ``envelope``: replace non-monotone iteration times by their ``monotone_envelope``."""
     if not isinstance(data, Mapping):
         raise ValueError(f"{where}: expected a mapping, got {type(data).__name__}")
     missing = [k for k in _REQUIRED if k not in data]
@@ -52,7 +66,7 @@ def profile_from_dict(data: object, where: str = "profile") -> ThroughputProfile
             hardware=str(data.get("hardware", "unknown")),
             num_params=data["num_params"],
             batch_sizes=tuple(data["batch_sizes"]),
-            iter_times_s=tuple(data["iter_times_s"]),
+            iter_times_s=monotone_envelope(tuple(data["iter_times_s"])) if envelope else tuple(data["iter_times_s"]),
             max_batch_per_gpu=data["max_batch_per_gpu"],
             allreduce=AllreduceModel(
                 latency_s=comm.get("latency_s", 0.0), seconds_per_param=comm.get("seconds_per_param", 0.0)
@@ -60,3 +74,24 @@ def profile_from_dict(data: object, where: str = "profile") -> ThroughputProfile
         )
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{where}: {exc}") from None
+
+
+def load_profile_dir(directory: str | Path, envelope: bool = False) -> dict[str, ThroughputProfile]:
+    """Every ``*.json`` profile in ``directory``, by file stem; seed 000's ``seed000_cat<N>``
+    files also as ``cat<N>`` (what a trace's ``category`` column selects). Errors name the file."""
+    root = Path(directory)
+    if not root.is_dir():
+        raise ValueError(f"profiles={str(root)!r}: not a directory")
+    found: dict[str, ThroughputProfile] = {}
+    for path in sorted(root.glob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"profile file {str(path)!r}: not readable JSON ({exc})") from None
+        profile = profile_from_dict(data, f"profile file {str(path)!r}", envelope)
+        found[path.stem] = profile
+        if path.stem.startswith("seed000_cat"):
+            found[path.stem.removeprefix("seed000_")] = profile
+    if not found:
+        raise ValueError(f"profiles={str(root)!r}: no *.json profile files there")
+    return found

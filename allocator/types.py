@@ -98,8 +98,15 @@ class ThroughputProfile:
             _require(math.isfinite(t) and t > 0, owner, "iter_times_s", self.iter_times_s, "every time must be finite and > 0")
         for a, b in zip(self.batch_sizes, self.batch_sizes[1:]):
             _require(b > a, owner, "batch_sizes", self.batch_sizes, "must be strictly increasing")
-        for a, b in zip(self.iter_times_s, self.iter_times_s[1:]):
-            _require(b >= a, owner, "iter_times_s", self.iter_times_s, "must be non-decreasing in batch size (non-monotone profile)")
+        for i, (a, b) in enumerate(zip(self.iter_times_s, self.iter_times_s[1:]), start=1):
+            _require(
+                b >= a,
+                owner,
+                f"iter_times_s[{i}]",
+                b,
+                f"at batch {self.batch_sizes[i]} is below iter_times_s[{i - 1}]={a!r} at batch {self.batch_sizes[i - 1]}; "
+                "times must be non-decreasing in batch size (a non-monotone profile; for measured noise use the monotone envelope)",
+            )
         _positive_int(owner, "max_batch_per_gpu", self.max_batch_per_gpu)
         _require(isinstance(self.allreduce, AllreduceModel), owner, "allreduce", self.allreduce, "must be an AllreduceModel")
 

@@ -11,7 +11,7 @@ import typer
 from rich.table import Table
 
 from allocator.idle_nodes.replay import ReplayResult, replay, trainer_spec
-from allocator.idle_nodes.snapshot_io import RescaleCost
+from allocator.idle_nodes.snapshot_io import NodeRescaleCost
 from allocator.idle_nodes.table2 import TABLE2
 from allocator.idle_nodes.trace import generate_trace, load_trace, trace_stats, write_trace
 from allocator.policies import UnknownPolicyError, make_policy
@@ -74,7 +74,7 @@ def idle_nodes_command(
             raise ValueError(f"trainers={trainers}: must be >= 1")
         names = sorted(TABLE2) if workload == "diverse" else ["shufflenet"]
         jobs = [trainer_spec(f"t{i:03d}", names[i % len(names)], TABLE2[names[i % len(names)]], 10**13) for i in range(trainers)]
-        cost = RescaleCost(up_s, down_s)
+        cost = NodeRescaleCost(up_s, down_s)
         results = []
         for name in policy or IDLE_POLICIES:
             if name not in IDLE_POLICIES:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections import defaultdict
+from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -15,7 +17,8 @@ from rich.table import Table
 from allocator.admission import OverflowMode
 from allocator.loop import LoopResult, LoopSettings
 from allocator.metrics import RunMetrics, schedule_csv, summarise
-from allocator.policies import UnknownPolicyError, make_policy
+from allocator.policies import UnknownPolicyError, make_policy, policy_parameters
+from allocator.profile_io import load_profile_dir
 from allocator.simulator import RescaleCost, simulate
 from allocator.simulator.experiments import EXPERIMENTS, SEED000_INTERVAL_S, Outcome, run_setting
 from allocator.types import JobSpec
@@ -24,15 +27,31 @@ from allocator.workloads.trace import TraceError, read_trace
 from flows.cmd_idle_nodes import idle_nodes_command
 from flows.console import console, fail
 from flows.jobfile import load_jobs_file
-from flows.plots import plot_completed, plot_gpus_per_job
+
+# matplotlib (flows.plots) is imported where a plot is drawn: `--no-plots` and bad input never
+# pay for it.
 
 DEFAULT_PROFILES = Path(__file__).resolve().parents[1] / "examples" / "profiles"
+# One default for the CLI and the loop (re-allocate on every arrival and completion too; the
+# loop's queue discipline): the CLI reads them from LoopSettings rather than restating them.
+DEFAULT_LOOP = LoopSettings()
+DEFAULT_REACT = DEFAULT_LOOP.react_to_events
+DEFAULT_COST = RescaleCost()
 
 
-def load_workload(path: Path, profiles_dir: Path) -> tuple[list[JobSpec], int | None]:
-    """A jobs file (YAML, or JSON mapping) or a trace (CSV, or JSON list) -> jobs, default GPUs."""
+class RescaleMode(str, Enum):
+    IN_PLACE = "in-place"
+    RESTART = "restart"
+
+
+def load_workload(path: Path, profiles_dir: Path, envelope: bool = False) -> tuple[list[JobSpec], int | None]:
+    """A jobs file (YAML, or JSON mapping) or a trace (CSV, or JSON list) -> jobs, default GPUs.
+
+    A trace's jobs take their profiles from ``profiles_dir``: every ``*.json`` there, named by
+    file stem (``category`` N selects ``cat<N>``, seed 000's files)."""
     if path.suffix == ".csv" or (path.suffix == ".json" and path.exists() and path.read_text().lstrip().startswith("[")):
-        profiles = {f"cat{n}": p for n, p in load_category_profiles(profiles_dir).items()}
+        profiles = load_profile_dir(profiles_dir, envelope)
+        console.print(f"profiles from {profiles_dir}: {', '.join(sorted(profiles))}" + (" (monotone envelope)" if envelope else ""))
         try:
             text = path.read_text()
         except OSError as exc:
@@ -40,6 +59,41 @@ def load_workload(path: Path, profiles_dir: Path) -> tuple[list[JobSpec], int | 
         return read_trace(text, "csv" if path.suffix == ".csv" else "json", profiles, source=str(path)), None
     spec = load_jobs_file(path)
     return list(spec.jobs), spec.gpus
+
+
+def _param_value(text: str) -> object:
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def policy_settings(names: list[str], params: list[str], strict_fifo: bool | None) -> dict[str, dict[str, object]]:
+    """``--param [POLICY:]KEY=VALUE`` per policy (unscoped: every policy given); ``--strict-fifo``/
+    ``--backfill`` also reaches a policy with its own ``strict_fifo``. ValueError names the flag."""
+    out: dict[str, dict[str, object]] = {name: {} for name in names}
+    for raw in params:
+        target, eq, value = raw.partition("=")
+        scope, _, key = target.rpartition(":")
+        if not eq or not key:
+            raise ValueError(f"param={raw!r}: expected [POLICY:]KEY=VALUE")
+        if scope and scope not in out:
+            raise ValueError(f"param={raw!r}: policy {scope!r} is not among --policy {', '.join(names)}")
+        for name in [scope] if scope else names:
+            known = policy_parameters(name)
+            if key not in known:
+                raise ValueError(f"param={raw!r}: policy {name} takes {', '.join(known) or 'no parameters'}")
+            out[name][key] = _param_value(value)
+    if strict_fifo is not None:
+        for name in names:
+            if "strict_fifo" in policy_parameters(name):
+                out[name].setdefault("strict_fifo", strict_fifo)
+    return out
 
 
 def _fmt_min(seconds: float | None) -> str:
@@ -57,10 +111,11 @@ def metrics_row(m: RunMetrics) -> list[str]:
         _fmt_min(m.avg_queue_delay_s),
         f"{m.gpu_utilisation:.1%}",
         str(m.rescales),
+        _fmt_min(m.makespan_s),
     ]
 
 
-METRIC_COLUMNS = ["jobs", "done", "drop", "SJS eff.", "avg JCT min", "p95 JCT min", "queue min", "GPU util", "rescales"]
+METRIC_COLUMNS = ["jobs", "done", "drop", "SJS eff.", "avg JCT min", "p95 JCT min", "queue min", "GPU util", "rescales", "makespan min"]
 
 
 def metrics_dict(m: RunMetrics) -> dict[str, object]:
@@ -75,10 +130,13 @@ def metrics_dict(m: RunMetrics) -> dict[str, object]:
         "gpu_utilisation": round(m.gpu_utilisation, 4),
         "rescales": m.rescales,
         "rescale_cost_s": round(m.rescale_cost_s, 1),
+        "makespan_s": round(m.makespan_s, 1),
     }
 
 
-def _run_trace(jobs: list[JobSpec], policies: list[str], capacity: int, settings: LoopSettings, cost: RescaleCost, out: Path) -> None:
+def _run_trace(
+    jobs: list[JobSpec], policies: dict[str, dict[str, object]], capacity: int, settings: LoopSettings, cost: RescaleCost, out: Path, plots: bool
+) -> None:
     specs = {j.id: j for j in jobs}
     table = Table(title=f"{len(jobs)} jobs on {capacity} GPUs, Δ = {settings.interval_s:g} s, {settings.overflow.value}")
     table.add_column("policy")
@@ -90,18 +148,22 @@ def _run_trace(jobs: list[JobSpec], policies: list[str], capacity: int, settings
         task = bar.add_task("simulating", total=len(policies))
         for name in policies:
             bar.update(task, description=f"simulating {name}")
-            result = simulate(jobs, make_policy(name), capacity, settings, cost)
+            result = simulate(jobs, make_policy(name, **policies[name]), capacity, settings, cost)
             metrics = summarise(result, specs)
             runs.append((name, result))
-            summary[name] = metrics_dict(metrics)
+            summary[name] = metrics_dict(metrics) | ({"params": policies[name]} if policies[name] else {})
             table.add_row(name, *metrics_row(metrics))
             (out / f"schedule-{name}.csv").write_text(schedule_csv(result))
-            plot_gpus_per_job(result, f"GPUs per job — {name}", out / f"gpus-per-job-{name}.png")
             bar.advance(task)
-    plot_completed(runs, [j.arrival_time for j in jobs], f"{len(jobs)} jobs on {capacity} GPUs", out / "jobs-completed.png")
+    if plots:
+        from flows.plots import plot_completed, plot_gpus_per_job
+
+        for name, result in runs:
+            plot_gpus_per_job(result, f"GPUs per job — {name}", out / f"gpus-per-job-{name}.png")
+        plot_completed(runs, [j.arrival_time for j in jobs], f"{len(jobs)} jobs on {capacity} GPUs", out / "jobs-completed.png")
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     console.print(table)
-    console.print(f"schedules, plots and summary.json written to [bold]{out}[/]")
+    console.print(f"schedules{', plots' if plots else ''} and summary.json written to [bold]{out}[/]")
 
 
 def _mean_sd(values: list[float]) -> str:
@@ -112,7 +174,7 @@ def _mean_sd(values: list[float]) -> str:
     return f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f}"
 
 
-def _run_experiment(name: str, seeds: tuple[int, ...], interval_s: float, cost: RescaleCost, profiles_dir: Path, out: Path) -> None:
+def _run_experiment(name: str, seeds: tuple[int, ...], interval_s: float, cost: RescaleCost, profiles_dir: Path, out: Path, plots: bool) -> None:
     profiles = load_category_profiles(profiles_dir)
     settings = EXPERIMENTS[name]
     total = sum(len(s.policies) for s in settings) * len(seeds)
@@ -151,12 +213,15 @@ def _run_experiment(name: str, seeds: tuple[int, ...], interval_s: float, cost: 
             lines.append(f"| {setting.name} | {choice.label} | " + " | ".join(cells) + f" | {setting.paper if choice is setting.policies[0] else ''} |")
             rows_json += [{"setting": setting.name, "policy": choice.label, "seed": o.seed, **metrics_dict(o.metrics)} for o in group]
         first_seed = [o for o in outcomes if o.setting is setting and o.seed == seeds[0]]
-        plot_completed(
-            [(o.policy.label, o.result) for o in first_seed],
-            [j.arrival_time for j in first_seed[0].jobs],
-            f"{setting.description} (seed {seeds[0]})",
-            out / f"{setting.name}-completed.png",
-        )
+        if plots:
+            from flows.plots import plot_completed
+
+            plot_completed(
+                [(o.policy.label, o.result) for o in first_seed],
+                [j.arrival_time for j in first_seed[0].jobs],
+                f"{setting.description} (seed {seeds[0]})",
+                out / f"{setting.name}-completed.png",
+            )
         for o in first_seed:
             slug = o.policy.label.replace(" ", "-")
             (out / f"{setting.name}-{slug}-schedule.csv").write_text(schedule_csv(o.result))
@@ -172,11 +237,21 @@ def simulate_command(
     gpus: Annotated[int | None, typer.Option("--gpus", "-g", help="Cluster size (default: the jobs file's).")] = None,
     policy: Annotated[list[str] | None, typer.Option("--policy", "-p", help="Policy; repeat to compare (default elastic_dp).")] = None,
     interval: Annotated[float, typer.Option("--interval", help="Δ: seconds between re-allocations.")] = SEED000_INTERVAL_S,
-    react: Annotated[bool, typer.Option("--react/--no-react", help="Also re-allocate on every arrival/completion.")] = False,
+    react: Annotated[bool, typer.Option("--react/--no-react", help="Also re-allocate on every arrival/completion (the loop's default).")] = DEFAULT_REACT,
     overflow: Annotated[OverflowMode, typer.Option("--overflow", help="What happens to jobs that do not fit.")] = OverflowMode.QUEUE,
+    strict_fifo: Annotated[
+        bool | None,
+        typer.Option("--strict-fifo/--backfill", help="Queue discipline: the first job that does not fit blocks the rest, or later jobs that fit pass it. Default: each policy's own (fixed_batch backfills; the loop admits strictly)."),
+    ] = None,
+    param: Annotated[list[str] | None, typer.Option("--param", help="Policy parameter [POLICY:]KEY=VALUE, repeatable (e.g. fixed_batch_dp:batch_choice=random).")] = None,
     seeds: Annotated[int, typer.Option("--seeds", help="Seeds per experiment setting (0..N-1).")] = 3,
-    in_place_cost: Annotated[float, typer.Option("--in-place-cost", help="Seconds lost per in-place rescale.")] = 1.0,
-    profiles: Annotated[Path, typer.Option("--profiles", help="Directory with seed000_cat*.json profiles.")] = DEFAULT_PROFILES,
+    in_place_cost: Annotated[float, typer.Option("--in-place-cost", help="Seconds lost per in-place rescale.")] = DEFAULT_COST.in_place_s,
+    restart_cost: Annotated[float, typer.Option("--restart-cost", help="Seconds lost per checkpoint-restart rescale.")] = DEFAULT_COST.restart_s,
+    rescale: Annotated[RescaleMode, typer.Option("--rescale", help="How a running job changes GPUs: in-place (costs --in-place-cost) or restart (--restart-cost).")] = RescaleMode.IN_PLACE,
+    start_cost: Annotated[float, typer.Option("--start-cost", help="Seconds a job loses once when it starts (launch, rendezvous).")] = DEFAULT_COST.start_s,
+    profiles: Annotated[Path, typer.Option("--profiles", help="Directory of profile JSON files: yours (a trace's profile/model column names the file stem) or seed000_cat*.json (category N).")] = DEFAULT_PROFILES,
+    monotone_envelope: Annotated[bool, typer.Option("--monotone-envelope", help="Raise measured iteration times that dip below a smaller batch's to that time (noise) instead of refusing the profile.")] = False,
+    plots: Annotated[bool, typer.Option("--plots/--no-plots", help="Draw the PNG plots.")] = True,
     out: Annotated[Path, typer.Option("--out", "-o", help="Directory for CSVs, plots and summaries.")] = Path("out/simulate"),
 ) -> None:
     """Simulate a cluster with the same autoscaling loop a real run uses.
@@ -194,23 +269,28 @@ def simulate_command(
     if seeds < 1:
         fail(f"seeds={seeds}: must be >= 1")
     try:
-        cost = RescaleCost(in_place_s=in_place_cost)
+        for flag, seconds in (("in_place_cost", in_place_cost), ("restart_cost", restart_cost), ("start_cost", start_cost)):
+            if not (math.isfinite(seconds) and seconds >= 0):
+                fail(f"{flag}={seconds}: must be a finite number of seconds >= 0")
+        cost = RescaleCost(in_place_s=in_place_cost, restart_s=restart_cost, start_s=start_cost, in_place=rescale is RescaleMode.IN_PLACE)
         if experiment is not None:
             if experiment not in EXPERIMENTS:
                 fail(f"experiment={experiment!r}: unknown; choose one of {', '.join(EXPERIMENTS)}")
             out.mkdir(parents=True, exist_ok=True)  # only once the input is known good
-            _run_experiment(experiment, tuple(range(seeds)), interval, cost, profiles, out)
+            _run_experiment(experiment, tuple(range(seeds)), interval, cost, profiles, out, plots)
             return
         assert workload is not None
-        jobs, file_gpus = load_workload(workload, profiles)
+        jobs, file_gpus = load_workload(workload, profiles, monotone_envelope)
         capacity = gpus if gpus is not None else file_gpus
         if capacity is None or capacity <= 0:
             fail(f"gpus={capacity}: give a positive --gpus (or 'gpus' in the jobs file)")
         names = policy or ["elastic_dp"]
+        settings = policy_settings(names, param or [], strict_fifo)
         for name in names:
-            make_policy(name)  # fail fast on a bad name, before any work
+            make_policy(name, **settings[name])  # fail fast on a bad name or value, before any work
+        loop = LoopSettings(interval_s=interval, overflow=overflow, react_to_events=react, strict_fifo=DEFAULT_LOOP.strict_fifo if strict_fifo is None else strict_fifo)
         out.mkdir(parents=True, exist_ok=True)
-        _run_trace(jobs, names, capacity, LoopSettings(interval_s=interval, overflow=overflow, react_to_events=react), cost, out)
+        _run_trace(jobs, settings, capacity, loop, cost, out, plots)
     except (UnknownPolicyError, TraceError) as exc:
         fail(str(exc))
     except ValueError as exc:

@@ -6,6 +6,9 @@ the stage has fewer workers than trials), resumed from its previous stage's chec
 rank by evaluation loss, keep the best, stop the rest -> MLflow: one parent run, one nested
 run per trial (hyperparameters, loss curve, GPUs over steps, the stage it stopped after) and
 the predicted vs measured JCT and cost on the parent.
+
+The flow only wires: the trial queue is ``elastic_tasks.trial_queue``, the keep rule
+``allocator.hpo.selection``.
 """
 
 from __future__ import annotations
@@ -23,43 +26,17 @@ from prefect.cache_policies import NO_CACHE
 
 from allocator.hpo.model import MeasuredStage, Prediction, StageLayout, measured_cost
 from allocator.hpo.planner import greedy_plan
+from allocator.hpo.selection import keep_best, survivors
 from allocator.hpo.spec import HpoSpec
 from deploy.clusters import connect
-from elastic_tasks.cluster import WorkerPool, warm_up
-from elastic_tasks.coordinator import JobCoordinator
+from elastic_tasks.cluster import warm_up
 from elastic_tasks.hpo_trial import TrialRecipeSpec, trial_entrypoint
-from elastic_tasks.protocol import StepRecord, TrainConfig
+from elastic_tasks.protocol import TrainConfig
+from elastic_tasks.trial_queue import TrialLaunch, TrialRun, run_trials
 from flows.flow_artifacts import artifact_key
 from flows.hpo_file import load_hpo_file
 from flows.settings import load_settings
 from flows.tracking import MetricPoint, tracker_from_settings
-
-_POLL_S = 0.1
-
-
-@dataclass(frozen=True, slots=True)
-class TrialRun:
-    """One trial's run in one stage, as measured."""
-
-    trial: int
-    stage: int
-    gpus: int
-    start_s: float
-    end_s: float
-    steps: int
-    eval_loss: float | None
-    final_loss: float | None
-    history: tuple[StepRecord, ...]
-    checkpoint_dir: str
-
-    @property
-    def score(self) -> float:
-        """Lower is better: the evaluation loss, else the last training loss."""
-        for value in (self.eval_loss, self.final_loss):
-            if value is not None:
-                return value
-        return float("inf")
-
 
 @dataclass(frozen=True, slots=True)
 class StageRecord:
@@ -117,42 +94,20 @@ def run_stage(
 ) -> list[TrialRun]:
     """Train every trial of a stage: ``layout.parallel`` at a time on ``gpus_per_trial`` workers each."""
     assert spec.entrypoint is not None
-    pool = WorkerPool(client)
-    queue = list(trials)
-    running: dict[int, tuple[JobCoordinator, float, str]] = {}
-    out: list[TrialRun] = []
-    deadline = time.monotonic() + timeout_s
-    while queue or running:
-        while queue and len(running) < layout.parallel:
-            k = queue.pop(0)
-            ckpt = str(root / f"trial-{k}" / f"stage-{stage}")
-            lr = configs[k].get("lr")
-            entry = trial_entrypoint(TrialRecipeSpec(spec.entrypoint, spec.trial.batch, None if lr is None else float(lr), resume[k]))
-            config = TrainConfig(
-                global_batch=spec.trial.batch,
-                max_steps=spec.stages[stage].iters,
-                seed=spec.seed + 1000 * stage + k,
-                max_batch_per_gpu=spec.trial.profile.max_batch_per_gpu,
-                lr_ramp_steps=0,
-                checkpoint_dir=ckpt,
-            )
-            job = JobCoordinator(client, pool, f"{spec.name}-t{k}-s{stage}-{uuid.uuid4().hex[:6]}", entry, config)
-            start = time.monotonic() - t0
-            job.start(layout.gpus_per_trial)
-            running[k] = (job, start, ckpt)
-        finished = [k for k, (job, _, _) in running.items() if job.finished]
-        for k in finished:
-            job, start, ckpt = running.pop(k)
-            result = job.wait(timeout=60)
-            end = time.monotonic() - t0
-            out.append(TrialRun(k, stage, layout.gpus_per_trial, start, end, result.steps, result.eval_loss, result.final_loss, result.history, ckpt))
-        if not finished:
-            if time.monotonic() > deadline:
-                for job, _, _ in running.values():
-                    job.stop()
-                raise TimeoutError(f"stage {stage}: trials {sorted(running)} not finished within {timeout_s:g} s")
-            time.sleep(_POLL_S)
-    return out
+    launches = []
+    for k in trials:
+        lr = configs[k].get("lr")
+        entry = trial_entrypoint(TrialRecipeSpec(spec.entrypoint, spec.trial.batch, None if lr is None else float(lr), resume[k]))
+        config = TrainConfig(
+            global_batch=spec.trial.batch,
+            max_steps=spec.stages[stage].iters,
+            seed=spec.seed + 1000 * stage + k,
+            max_batch_per_gpu=spec.trial.profile.max_batch_per_gpu,
+            lr_ramp_steps=0,
+            checkpoint_dir=str(root / f"trial-{k}" / f"stage-{stage}"),
+        )
+        launches.append(TrialLaunch(k, f"{spec.name}-t{k}-s{stage}-{uuid.uuid4().hex[:6]}", entry, config))
+    return run_trials(client, stage, launches, layout.parallel, layout.gpus_per_trial, t0, timeout_s)
 
 
 def _trial_points(runs: list[TrialRun], spec: HpoSpec) -> list[MetricPoint]:
@@ -212,9 +167,7 @@ def hpo_flow(hpo_file: str, workers: int | None = None, timeout_s: float = 1800.
             stage_runs = run_stage(client, spec, i, layout, alive, configs, resume, root, t0, timeout_s)
             end = time.monotonic() - t0
             runs.extend(stage_runs)
-            ranked = sorted(stage_runs, key=lambda r: (r.score, r.trial))
-            keep = spec.stages[i + 1].trials if i + 1 < len(spec.stages) else 1
-            kept = tuple(sorted(r.trial for r in ranked[:keep]))
+            kept = keep_best(((r.trial, r.score) for r in stage_runs), survivors(spec.stages, i))
             records.append(StageRecord(i, layout, alive, kept, start, end, predicted.start_s, predicted.end_s))
             for r in stage_runs:
                 resume[r.trial] = r.checkpoint_dir

@@ -60,7 +60,7 @@ def simulate_flow(
     policy: str | None = None,
     interval_s: float | None = None,
     overflow: str | None = None,
-    react: bool = True,
+    react: bool = LoopSettings().react_to_events,
     in_place_cost_s: float = 1.0,
     run_name: str | None = None,
     start_cost_s: float = 0.0,

@@ -53,3 +53,20 @@ def test_the_blocker_really_blocks():
     probe = SCRIPT.replace("import allocator\n", "import allocator\nimport torch\n", 1)
     done = _run(probe)
     assert done.returncode != 0 and "must not import torch" in done.stderr
+
+
+def test_allocator_modules_import_each_other_at_module_level_only() -> None:
+    # Issue 16: the Elan policies imported allocator.admission inside functions to dodge a
+    # cycle (admission -> policies package -> elan -> admission). The protocols now sit at the
+    # bottom (allocator/protocols.py), so no allocator module needs a lazy allocator import.
+    import ast
+
+    lazy = []
+    for path in sorted((ROOT / "allocator").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for func in ast.walk(tree):
+            if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for node in ast.walk(func):
+                    if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("allocator"):
+                        lazy.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert lazy == []

@@ -22,7 +22,7 @@ from allocator.hpo.planner import (
     greedy_plan,
     static_baseline,
 )
-from allocator.hpo.spec import Billing, CloudModel, HpoSpec, InstanceType, Latency, TrialModel, successive_halving
+from allocator.hpo.spec import Billing, CloudModel, HpoSpec, InstanceType, Latency, Stage, TrialModel, successive_halving
 from allocator.types import AllreduceModel, ThroughputProfile
 from tests.hpo_factories import two_stage_spec
 
@@ -136,3 +136,28 @@ def test_allocator_hpo_is_pure() -> None:
         "import allocator.hpo.planner, allocator.hpo.parse, allocator.hpo.placement\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _one_stage_spec(max_instances: int, deadline_s: float = 1.0) -> HpoSpec:
+    profile = ThroughputProfile("toy", 1_000_000, (72,), (0.1,), 72, AllreduceModel(0.0, 0.0))  # t_proc(b) = b / 720
+    return HpoSpec(
+        "one-stage",
+        (Stage(1, 1000),),
+        TrialModel(profile, batch=72),
+        CloudModel(InstanceType("g1", 1, 3.0), billing=Billing.PER_INSTANCE, max_instances=max_instances),
+        deadline_s,
+    )
+
+
+@pytest.mark.parametrize("max_instances", [9, 10])
+def test_exhaustive_plan_tries_every_stage_size(max_instances: int) -> None:
+    # Issue 16, defect 1: the exhaustive search thinned sizes above 8 (8, 10, 12, ...), so with
+    # the deadline set by 9 GPUs it answered 10 GPUs (or nothing with max_instances=9).
+    # The oracle: every GPU count 1..max_instances, enumerated here.
+    deadline = predict(_one_stage_spec(max_instances), (9,)).jct_s
+    spec = _one_stage_spec(max_instances, deadline)
+    options = [predict(spec, (n,)) for n in range(1, max_instances + 1)]
+    cheapest = min((p for p in options if p.meets(deadline)), key=lambda p: (p.cost, p.jct_s))
+    assert cheapest.plan == (9,)  # the instance is what the issue describes: only 9 and up meet it
+    got = exhaustive_plan(spec).prediction
+    assert got.plan == cheapest.plan and got.cost == pytest.approx(cheapest.cost)

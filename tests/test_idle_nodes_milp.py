@@ -26,8 +26,8 @@ from allocator.policies.idle_nodes_milp import (
     keep_current,
     solve,
 )
-from allocator.types import ClusterSnapshot, RunningJob, Share
-from tests.factories import make_job
+from allocator.types import ClusterSnapshot, InfeasibleError, RunningJob, Share
+from tests.factories import make_job, make_profile
 
 
 def random_curve(rng: np.random.Generator, top: int) -> ScalingCurve:
@@ -222,7 +222,42 @@ def test_policy_on_a_snapshot_returns_node_placed_shares() -> None:
         allocation = policy.allocate(snapshot)
         used = [n for _, s in allocation.shares for n in s.nodes]
         assert len(used) == len(set(used)) and set(used) <= {n for n, _ in nodes}
-        if "a" in allocation and len(allocation["a"].nodes) >= 1:
-            assert "n0" in allocation["a"].nodes
+        # Six idle nodes, two jobs of one curve: both run, and a keeps the node it still holds
+        # (no migration: a running trainer's nodes stay unless it shrinks off them).
+        assert {job for job, _ in allocation.shares} == {"a", "b"}
+        assert "n0" in allocation["a"].nodes
         for _, share in allocation.shares:
             assert share.gpus == len(share.nodes)
+
+
+def _feasible_gpus(job) -> set[int]:
+    """GPU counts where some global batch in [min_batch, max_batch] puts 1..cap samples on every GPU."""
+    cap = job.profile.max_batch_per_gpu
+    return {k for k in range(job.min_gpus, job.max_gpus + 1) if any(k <= b <= k * cap for b in range(job.min_batch, job.max_batch + 1))}
+
+
+@pytest.mark.parametrize("name", ["idle_nodes_milp", "idle_nodes_greedy", "idle_nodes_fifo"])
+def test_jobs_that_cannot_run_at_their_limits_get_a_count_that_fits(name: str) -> None:
+    # Issue 16, defect 2: without curves these raised ValueError for valid jobs: "a" cannot run
+    # on 1 GPU (batch >= 16, 8 per GPU), "b" cannot run on 8 (batch <= 4).
+    a = make_job("a", min_batch=16, max_batch=64, max_gpus=8, profile=make_profile(cap=8))
+    b = make_job("b", min_batch=1, max_batch=4, max_gpus=8)
+    assert min(_feasible_gpus(a)) == 2 and max(_feasible_gpus(b)) == 4
+    nodes = tuple((f"n{i}", 1) for i in range(6))
+    for queued in ((a, b), (b, a)):
+        allocation = make_policy(name).allocate(ClusterSnapshot(time=0.0, capacity=6, queued=queued, nodes=nodes))
+        assert allocation.shares, "nothing placed although both jobs fit"
+        for job_id, share in allocation.shares:
+            job = {"a": a, "b": b}[job_id]
+            assert share.gpus in _feasible_gpus(job) and share.gpus == len(share.nodes)
+            assert share.gpus <= share.batch <= share.gpus * job.profile.max_batch_per_gpu
+            assert job.min_batch <= share.batch <= job.max_batch
+
+
+@pytest.mark.parametrize("name", ["idle_nodes_milp", "idle_nodes_greedy", "idle_nodes_fifo"])
+def test_a_job_that_fits_no_node_count_is_infeasible_not_a_value_error(name: str) -> None:
+    stuck = make_job("s", min_batch=16, max_batch=64, max_gpus=1, profile=make_profile(cap=8))
+    assert not _feasible_gpus(stuck)
+    nodes = tuple((f"n{i}", 1) for i in range(4))
+    with pytest.raises(InfeasibleError, match="'s'"):
+        make_policy(name).allocate(ClusterSnapshot(time=0.0, capacity=4, queued=(stuck,), nodes=nodes))

@@ -17,47 +17,16 @@ from allocator.policies.greedy import build_tables
 from allocator.throughput import rate_table
 from allocator.types import ClusterSnapshot, InfeasibleError, RunningJob, Share, validate_allocation
 from tests.factories import make_job, make_profile
+from tests.strategies import capacities, job_lists
 
 POLICIES = ["elan_fifo", "elan_backfill", "efficiency_threshold"]
 ELAN = ["elan_fifo", "elan_backfill"]
 
-profiles = st.builds(
-    make_profile,
-    num_params=st.integers(1_000_000, 100_000_000),
-    overhead_s=st.floats(0.001, 0.05),
-    rate=st.floats(200.0, 20_000.0),
-    cap=st.sampled_from([16, 32, 64, 128, 256]),
-    latency_s=st.floats(0.0, 1e-3),
-    seconds_per_param=st.floats(0.0, 5e-9),
-)
-
-
-@st.composite
-def jobs(draw, index):
-    profile = draw(profiles)
-    lo = draw(st.integers(1, 256))
-    hi = draw(st.integers(lo, 1024))
-    max_gpus = draw(st.integers(1, 16))
-    min_gpus = draw(st.integers(1, min(max_gpus, 3)))
-    return make_job(
-        f"j{index}",
-        profile=profile,
-        total_samples=draw(st.integers(1_000, 10_000_000)),
-        min_batch=lo,
-        max_batch=hi,
-        max_gpus=max_gpus,
-        min_gpus=min_gpus,
-        requested_gpus=draw(st.integers(min_gpus, max_gpus)),
-        elastic=draw(st.booleans()),
-        arrival_time=float(index),
-    )
-
-
 @st.composite
 def snapshots(draw, max_jobs=7, max_capacity=24):
     """Some jobs running (with progress, and a share from a feasible earlier allocation), the rest queued."""
-    capacity = draw(st.integers(1, max_capacity))
-    specs = [draw(jobs(i)) for i in range(draw(st.integers(0, max_jobs)))]
+    specs = draw(job_lists(max_jobs, max_min_gpus=3))
+    capacity = draw(capacities(specs, max_capacity))
     n_running = draw(st.integers(0, len(specs)))
     running_specs, queued = specs[:n_running], specs[n_running:]
     shares: dict[str, Share] = {}

@@ -11,8 +11,8 @@
   built up from the cheapest one: start at 1 GPU per stage and raise the stage with the most
   JCT saved per cost added until the deadline is met; and when neither is feasible, the
   fastest plan a coordinate search finds.
-* ``exhaustive_plan``: every combination of allowed stage sizes; for checking the greedy on
-  small cases.
+* ``exhaustive_plan``: every combination of allowed stage sizes, with no thinning of the
+  ladder; for checking the greedy on small cases.
 
 All planning uses the model in one mode: deterministic by default, or Monte-Carlo with
 ``samples`` and a fixed ``seed`` (each candidate is scored with the same random stream —
@@ -84,19 +84,22 @@ def _ladder(limit: int) -> list[int]:
     return out
 
 
-def allowed_sizes(trials: int, max_gpus: int, max_per_trial: int, gpus_per_instance: int = 1) -> tuple[int, ...]:
+def allowed_sizes(trials: int, max_gpus: int, max_per_trial: int, gpus_per_instance: int = 1, thin: bool = True) -> tuple[int, ...]:
     """Stage sizes the planners consider: the paper's factors and multiples of the trial count
     (they divide fairly; multiples on the ladder of GPUs per trial), plus whole instances on
-    the ladder of instance counts (what per-instance billing charges for anyway)."""
+    the ladder of instance counts (what per-instance billing charges for anyway).
+    ``thin=False`` takes every multiple and every instance count instead of the ladder (the
+    exhaustive search, which must not skip a size the static baseline tries)."""
+    ladder = _ladder if thin else (lambda limit: list(range(1, limit + 1)))
     factors = [d for d in range(1, trials + 1) if trials % d == 0 and d <= max_gpus]
-    multiples = [trials * g for g in _ladder(max_per_trial) if g > 1 and trials * g <= max_gpus]
-    whole = [n * gpus_per_instance for n in _ladder(max_gpus // gpus_per_instance)]
+    multiples = [trials * g for g in ladder(max_per_trial) if g > 1 and trials * g <= max_gpus]
+    whole = [n * gpus_per_instance for n in ladder(max_gpus // gpus_per_instance)]
     return tuple(sorted(set(factors) | set(multiples) | set(whole)))
 
 
-def _sizes(spec: HpoSpec) -> list[tuple[int, ...]]:
+def _sizes(spec: HpoSpec, thin: bool = True) -> list[tuple[int, ...]]:
     cloud = spec.cloud
-    return [allowed_sizes(s.trials, cloud.max_gpus, spec.trial.max_gpus_per_trial, cloud.instance.gpus) for s in spec.stages]
+    return [allowed_sizes(s.trials, cloud.max_gpus, spec.trial.max_gpus_per_trial, cloud.instance.gpus, thin) for s in spec.stages]
 
 
 def static_baseline(spec: HpoSpec, scorer: Scorer | None = None) -> PlanResult:
@@ -263,8 +266,9 @@ def greedy_plan(
 
 
 def exhaustive_plan(spec: HpoSpec, *, samples: int = 0, seed: int = 0, limit: int = 200_000) -> PlanResult:
-    """The cheapest plan meeting the deadline over every combination of allowed stage sizes."""
-    sizes = _sizes(spec)
+    """The cheapest plan meeting the deadline over every combination of allowed stage sizes,
+    none thinned out (every instance count, every multiple of the trials)."""
+    sizes = _sizes(spec, thin=False)
     count = math.prod(len(s) for s in sizes)
     if count > limit:
         raise ValueError(f"exhaustive_plan: {count} plans exceed limit={limit}; use greedy_plan")

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from allocator.idle_nodes.model import ScalingCurve
-from allocator.idle_nodes.snapshot_io import RescaleCost
+from allocator.idle_nodes.snapshot_io import NodeRescaleCost
 from allocator.idle_nodes.trace import IdleTrace, idle_integral
 from allocator.policies.base import Policy
 from allocator.types import AllreduceModel, ClusterSnapshot, JobSpec, RunningJob, Share, ThroughputProfile
@@ -49,11 +49,14 @@ def trainer_spec(job_id: str, workload: str, curve: ScalingCurve, total_samples:
 
 
 @dataclass(frozen=True, slots=True)
-class ScheduleRow:
+class NodeScheduleRow:
+    """A replay row: from ``time`` on, ``job_id`` holds ``nodes`` idle nodes (the loop's
+    ``ScheduleRow`` counts GPUs and batch instead)."""
+
     time: float
     job_id: str
     nodes: int
-    cause: str  # "policy" or "preempted"
+    cause: str  # "policy", "preempted" or "completed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +80,7 @@ class ReplayResult:
     completed: tuple[str, ...]
     solve_s: tuple[float, ...]
     fallbacks: int  # decisions where the MILP kept the current map (time-out, infeasible, error)
-    schedule: tuple[ScheduleRow, ...]
+    schedule: tuple[NodeScheduleRow, ...]
 
     @property
     def throughput(self) -> float:
@@ -116,10 +119,24 @@ def best_static_rate(curves: Sequence[ScalingCurve], nodes: float, limits: Seque
 
 
 @dataclass(slots=True)
+class _Counts:
+    """What a replay counted as it went (ReplayResult carries the totals)."""
+
+    events: int = 0
+    decisions: int = 0
+    grows: int = 0
+    shrinks: int = 0
+    starts: int = 0
+    stops: int = 0
+    preemptions: int = 0
+    fallbacks: int = 0
+
+
+@dataclass(slots=True)
 class _Job:
     spec: JobSpec
     curve: ScalingCurve
-    cost: RescaleCost
+    cost: NodeRescaleCost
     share: Share | None = None
     done: float = 0.0
     stall_until: float = -math.inf
@@ -153,8 +170,8 @@ def replay(
     jobs: Sequence[JobSpec],
     policy: Policy,
     curves: Mapping[str, ScalingCurve],
-    costs: Mapping[str, RescaleCost] | None = None,
-    default_cost: RescaleCost = RescaleCost(20.0, 5.0),
+    costs: Mapping[str, NodeRescaleCost] | None = None,
+    default_cost: NodeRescaleCost = NodeRescaleCost(20.0, 5.0),
     max_parallel: int = 10,
     start: float | None = None,
     end: float | None = None,
@@ -178,9 +195,9 @@ def replay(
         for c in events[ei][1]:
             (idle.__setitem__(c.node, None) if c.idle else idle.pop(c.node, None))
         ei += 1
-    schedule: list[ScheduleRow] = []
+    schedule: list[NodeScheduleRow] = []
     solve_s: list[float] = []
-    counters = dict(events=0, decisions=0, grows=0, shrinks=0, starts=0, stops=0, preemptions=0, fallbacks=0)
+    counts = _Counts()
     lost = 0.0
     now = t_start
 
@@ -195,8 +212,8 @@ def replay(
         solve_s.append(time.perf_counter() - t0)
         last = getattr(policy, "last", None)
         if last is not None and getattr(last, "kept_previous", False):
-            counters["fallbacks"] += 1
-        counters["decisions"] += 1
+            counts.fallbacks += 1
+        counts.decisions += 1
         owner: dict[str, str] = {}
         for job_id, share in allocation.shares:
             for n in share.nodes:
@@ -211,20 +228,20 @@ def replay(
             if before and after and (after - before) and (before - after):
                 raise RuntimeError(f"policy {policy.name} migrated job {j.spec.id!r}")
             if not before:
-                counters["starts"] += 1
+                counts.starts += 1
                 j.stall_until = t + j.cost.up_s
             elif not after:
-                counters["stops"] += 1
+                counts.stops += 1
             elif len(after) > len(before):
-                counters["grows"] += 1
+                counts.grows += 1
                 lost += j.rate() * j.cost.up_s
                 j.stall_until = max(j.stall_until, t + j.cost.up_s)
             else:
-                counters["shrinks"] += 1
+                counts.shrinks += 1
                 lost += j.rate() * j.cost.down_s
                 j.stall_until = max(j.stall_until, t + j.cost.down_s)
             j.share = new
-            schedule.append(ScheduleRow(t, j.spec.id, len(after), "policy"))
+            schedule.append(NodeScheduleRow(t, j.spec.id, len(after), "policy"))
 
     decide(now)
     while now < t_end:
@@ -240,9 +257,9 @@ def replay(
             if j.finished is None and j.nodes and j.done >= j.spec.total_samples - 1e-6:
                 j.finished = now
                 j.share = None
-                schedule.append(ScheduleRow(now, j.spec.id, 0, "completed"))
+                schedule.append(NodeScheduleRow(now, j.spec.id, 0, "completed"))
         if t_event <= now:
-            counters["events"] += 1
+            counts.events += 1
             for c in events[ei][1]:
                 (idle.__setitem__(c.node, None) if c.idle else idle.pop(c.node, None))
             ei += 1
@@ -252,13 +269,13 @@ def replay(
                 kept = tuple(n for n in j.share.nodes if n in idle)
                 if len(kept) == len(j.share.nodes):
                     continue
-                counters["preemptions"] += 1
+                counts.preemptions += 1
                 if len(kept) < j.spec.min_gpus:
                     j.share = None
                 else:
                     j.share = replace(j.share, gpus=len(kept), nodes=kept)
                     j.stall_until = max(j.stall_until, now + j.cost.down_s)
-                schedule.append(ScheduleRow(now, j.spec.id, len(kept), "preempted"))
+                schedule.append(NodeScheduleRow(now, j.spec.id, len(kept), "preempted"))
         decide(now)
 
     node_seconds = idle_integral(trace, t_start, t_end)
@@ -275,16 +292,16 @@ def replay(
         samples=samples,
         static_samples=static,
         utilisation=samples / static if static > 0 else 0.0,
-        events=counters["events"],
-        decisions=counters["decisions"],
-        grows=counters["grows"],
-        shrinks=counters["shrinks"],
-        starts=counters["starts"],
-        stops=counters["stops"],
-        preemptions=counters["preemptions"],
+        events=counts.events,
+        decisions=counts.decisions,
+        grows=counts.grows,
+        shrinks=counts.shrinks,
+        starts=counts.starts,
+        stops=counts.stops,
+        preemptions=counts.preemptions,
         rescale_loss_samples=lost,
         completed=tuple(j.spec.id for j in state if j.finished is not None),
         solve_s=tuple(solve_s),
-        fallbacks=counters["fallbacks"],
+        fallbacks=counts.fallbacks,
         schedule=tuple(schedule),
     )

@@ -17,7 +17,7 @@ import numpy as np
 
 from allocator.idle_nodes.model import Problem, ScalingCurve, Trainer
 from allocator.throughput import rate_table
-from allocator.types import Allocation, ClusterSnapshot, JobSpec, Share
+from allocator.types import Allocation, ClusterSnapshot, InfeasibleError, JobSpec, Share
 
 
 class ObjectiveKind(str, Enum):
@@ -28,8 +28,9 @@ class ObjectiveKind(str, Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class RescaleCost:
-    """R_up / R_dw: seconds a trainer makes no progress when it grows / shrinks."""
+class NodeRescaleCost:
+    """R_up / R_dw: seconds a trainer makes no progress when it grows / shrinks (seed 003's
+    per-direction cost; the simulator's per-event cost is ``allocator.simulator.RescaleCost``)."""
 
     up_s: float = 0.0
     down_s: float = 0.0
@@ -38,7 +39,7 @@ class RescaleCost:
         for name in ("up_s", "down_s"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
-                raise ValueError(f"RescaleCost.{name}={v!r}: must be a finite number >= 0")
+                raise ValueError(f"NodeRescaleCost.{name}={v!r}: must be a finite number >= 0")
 
 
 def node_size(snapshot: ClusterSnapshot) -> int:
@@ -54,10 +55,26 @@ def node_size(snapshot: ClusterSnapshot) -> int:
 
 
 def node_limits(spec: JobSpec, gpus_per_node: int) -> tuple[int, int]:
+    """N_min, N_max from the job's GPU limits; InfeasibleError when no whole node count fits
+    (a valid job, just not on these nodes — the loop keeps it waiting, as for elastic_dp)."""
     nmin, nmax = -(-spec.min_gpus // gpus_per_node), spec.max_gpus // gpus_per_node
     if nmax < nmin:
-        raise ValueError(f"job {spec.id!r}.max_gpus={spec.max_gpus}: no whole number of {gpus_per_node}-GPU nodes fits in [{spec.min_gpus}, {spec.max_gpus}]")
+        raise InfeasibleError(f"job {spec.id!r}.max_gpus={spec.max_gpus}: no whole number of {gpus_per_node}-GPU nodes fits in [{spec.min_gpus}, {spec.max_gpus}]")
     return nmin, nmax
+
+
+def runnable_node_limits(spec: JobSpec, gpus_per_node: int) -> tuple[int, int]:
+    """``node_limits`` narrowed to the node counts where some batch in [min_batch, max_batch]
+    fits (at least one sample, at most the memory cap per GPU) — a contiguous range, since
+    the fitting GPU counts are [ceil(min_batch / cap), max_batch]. InfeasibleError if none."""
+    nmin, nmax = node_limits(spec, gpus_per_node)
+    table = rate_table(spec, nmax * gpus_per_node)
+    fits = [n for n in range(nmin, nmax + 1) if math.isfinite(table.rates[n * gpus_per_node])]
+    if not fits:
+        raise InfeasibleError(
+            f"job {spec.id!r}: no batch in [{spec.min_batch}, {spec.max_batch}] fits on {nmin}..{nmax} node(s) of {gpus_per_node} GPU(s)"
+        )
+    return fits[0], fits[-1]
 
 
 def breakpoints(nmin: int, nmax: int) -> tuple[int, ...]:
@@ -91,19 +108,22 @@ def objective_curve(curve: ScalingCurve, kind: ObjectiveKind) -> ScalingCurve:
     return curve.scaled(1.0 / per_node)
 
 
-def throughput_curve(spec: JobSpec, gpus_per_node: int, curves: Mapping[str, ScalingCurve]) -> ScalingCurve:
-    """The job's samples/s curve: a given one (by job id, then workload) or one from its profile."""
-    nmin, nmax = node_limits(spec, gpus_per_node)
+def job_curve(spec: JobSpec, gpus_per_node: int, curves: Mapping[str, ScalingCurve]) -> tuple[int, int, ScalingCurve]:
+    """N_min, N_max and the samples/s curve: a given curve (by job id, then workload) within
+    the job's node limits, or one from its profile over the node counts its batch fits."""
     given = curves.get(spec.id) or curves.get(spec.workload)
-    return given if given is not None else curve_from_profile(spec, gpus_per_node, nmin, nmax)
+    if given is not None:
+        return (*node_limits(spec, gpus_per_node), given)
+    nmin, nmax = runnable_node_limits(spec, gpus_per_node)
+    return nmin, nmax, curve_from_profile(spec, gpus_per_node, nmin, nmax)
 
 
 def problem_from_snapshot(
     snapshot: ClusterSnapshot,
     t_fwd: float,
     objective: ObjectiveKind,
-    default_cost: RescaleCost,
-    costs: Mapping[str, RescaleCost],
+    default_cost: NodeRescaleCost,
+    costs: Mapping[str, NodeRescaleCost],
     curves: Mapping[str, ScalingCurve],
 ) -> Problem:
     g = node_size(snapshot)
@@ -111,11 +131,11 @@ def problem_from_snapshot(
     idle_set = set(idle)
     trainers = []
     for spec in snapshot.jobs:
-        nmin, nmax = node_limits(spec, g)
+        nmin, nmax, curve = job_curve(spec, g, curves)
         share = snapshot.current_share(spec.id)
         current = tuple(n for n in share.nodes if n in idle_set) if share is not None else ()
         cost = costs.get(spec.id) or costs.get(spec.workload) or default_cost
-        curve = objective_curve(throughput_curve(spec, g, curves), objective)
+        curve = objective_curve(curve, objective)
         trainers.append(Trainer(spec.id, nmin, nmax, curve, current, cost.up_s, cost.down_s))
     return Problem(idle, tuple(trainers), t_fwd)
 

@@ -10,7 +10,8 @@ from allocator.policies.base import (
     UnknownPolicyError,
     available_policies,
     make_policy,
+    policy_parameters,
     register,
 )
 
-__all__ = ["Policy", "SupportsMinGpus", "UnknownPolicyError", "available_policies", "make_policy", "register"]
+__all__ = ["Policy", "SupportsMinGpus", "UnknownPolicyError", "available_policies", "make_policy", "policy_parameters", "register"]

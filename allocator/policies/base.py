@@ -1,4 +1,5 @@
-"""The one interface every policy implements, and the registry that names them.
+"""The registry that names policies (the ``Policy`` protocol itself lives at the bottom of
+the package, in ``allocator/protocols.py``, and is re-exported here).
 
 Each policy module registers its own factory with ``@register``; nothing dispatches on
 name strings elsewhere. Factories take keyword parameters (e.g. a seed or a threshold)
@@ -7,31 +8,12 @@ so a policy's settings travel with its name.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
-from typing import Protocol, runtime_checkable
 
-from allocator.types import Allocation, ClusterSnapshot, JobSpec
+from allocator.protocols import Policy, SupportsMinGpus
 
-
-@runtime_checkable
-class Policy(Protocol):
-    name: str
-
-    def allocate(self, snapshot: ClusterSnapshot) -> Allocation:
-        """Shares for every job in the snapshot (running and queued); InfeasibleError if some
-        job cannot get its minimum."""
-        ...
-
-
-@runtime_checkable
-class SupportsMinGpus(Protocol):
-    """A policy that can say, without solving, the fewest GPUs a job needs under it.
-
-    Admission uses it for seed 000's feasibility test (every job >= its minimum) in O(1)
-    per job instead of one full solve per queued job.
-    """
-
-    def min_gpus(self, job: JobSpec, capacity: int) -> int | None: ...
+__all__ = ["Policy", "PolicyFactory", "SupportsMinGpus", "UnknownPolicyError", "available_policies", "make_policy", "policy_parameters", "register"]
 
 
 class UnknownPolicyError(ValueError):
@@ -63,3 +45,11 @@ def make_policy(name: str, **params: object) -> Policy:
     except KeyError:
         raise UnknownPolicyError(f"policy={name!r}: unknown policy; choose one of {', '.join(available_policies())}") from None
     return factory(**params)
+
+
+def policy_parameters(name: str) -> tuple[str, ...]:
+    """The keyword parameters a registered policy's factory names (what a caller may set)."""
+    if name not in _REGISTRY:
+        make_policy(name)  # raises UnknownPolicyError listing the known ones
+    kinds = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return tuple(p.name for p in inspect.signature(_REGISTRY[name]).parameters.values() if p.kind in kinds)

@@ -29,15 +29,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from allocator.policies.base import register
 from allocator.policies.elan_fifo import Admitting, ElanFifo, check_params, decision, is_drop, parse_flag
 from allocator.policies.elastic_dp import job_table
+from allocator.protocols import AdmissionDecision, OverflowMode
 from allocator.types import Allocation, ClusterSnapshot, JobSpec
 
-if TYPE_CHECKING:
-    from allocator.admission import AdmissionDecision, OverflowMode
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,15 +36,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from allocator.policies.base import SupportsMinGpus, register
 from allocator.policies.elastic_dp import fewest_gpus
 from allocator.policies.greedy import Gain, Tables, build_tables, finish_times, grow, to_allocation
+from allocator.protocols import AdmissionDecision, OverflowMode
 from allocator.types import Allocation, ClusterSnapshot, JobSpec
 
-if TYPE_CHECKING:  # allocator.admission imports the policies package: import it lazily at run time
-    from allocator.admission import AdmissionDecision, OverflowMode
 
 
 def marginal_gain(t: Tables, remaining: Sequence[float]) -> Gain:
@@ -135,13 +133,11 @@ def raises_average_jct(accepted: Sequence[JobSpec], remaining: Sequence[float], 
 
 
 def decision(admitted: list[JobSpec], waiting: list[JobSpec], dropped: list[JobSpec]) -> AdmissionDecision:
-    from allocator.admission import AdmissionDecision
-
     return AdmissionDecision(tuple(admitted), tuple(waiting), tuple(dropped))
 
 
 def is_drop(mode: OverflowMode) -> bool:
-    return mode == "drop"  # OverflowMode is a str Enum
+    return mode == OverflowMode.DROP  # a str Enum: a plain 'drop' counts too
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ import numpy as np
 
 from allocator.policies.base import register
 from allocator.policies.dp import solve_dp
-from allocator.throughput import RateTable, baseline_rate, rate_table
+from allocator.throughput import RateTable, baseline_rate, rate_table, throughput
 from allocator.types import Allocation, ClusterSnapshot, InfeasibleError, JobSpec, Share
 
 
@@ -29,6 +29,14 @@ def job_table(job: JobSpec, kmax: int, fixed_batch: int | None) -> RateTable:
     return rate_table(job, kmax, batch=fixed_batch)
 
 
+def normaliser(job: JobSpec, fixed_batch: int | None) -> float:
+    """Seed 000's T_j(b_max, 1). With the batch pinned (fixed-batch baselines) the range is that
+    one batch, so b_max is it: a job's max_batch must not weigh a batch it never runs."""
+    if fixed_batch is None:
+        return baseline_rate(job)
+    return throughput(job.profile, min(job.profile.max_batch_per_gpu, fixed_batch), 1)
+
+
 def allocate_by_dp(jobs: Sequence[JobSpec], capacity: int, batches: Sequence[int | None]) -> Allocation:
     """Build the value matrix, solve, and turn counts into shares (shared by the DP-based policies)."""
     if not jobs:
@@ -38,8 +46,8 @@ def allocate_by_dp(jobs: Sequence[JobSpec], capacity: int, batches: Sequence[int
         raise InfeasibleError(f"capacity={capacity}: no GPU to give")
     tables = [job_table(job, kmax, b) for job, b in zip(jobs, batches)]
     values = np.empty((len(jobs), kmax + 1))
-    for row, (job, table) in enumerate(zip(jobs, tables)):
-        values[row] = table.rates / baseline_rate(job)
+    for row, (job, table, b) in enumerate(zip(jobs, tables, batches)):
+        values[row] = table.rates / normaliser(job, b)
     counts, _ = solve_dp(values, capacity)
     return Allocation(
         tuple((job.id, Share(gpus=int(k), batch=int(t.batches[k]))) for job, t, k in zip(jobs, tables, counts))

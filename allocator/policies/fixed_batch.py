@@ -1,7 +1,10 @@
 """Seed 000's baselines: the global batch never changes.
 
 * ``fixed_batch`` — the weak baseline: fixed batch *and* fixed GPU count (the job's
-  ``requested_gpus``), first come first served.
+  ``requested_gpus``), first come first served with backfill: a queued job that does not
+  fit waits without blocking later jobs that do, as batch schedulers run in practice.
+  ``strict_fifo=True`` makes it block them (one job asking for most of the cluster then
+  holds up the whole queue — a strawman, not a baseline to compare an elastic policy with).
 * ``fixed_batch_dp`` — the paper's stronger baseline (Section IV-B): fixed global batch,
   GPU count chosen by the same DP as the elastic policy.
 
@@ -18,7 +21,9 @@ from enum import Enum
 
 import numpy as np
 
+from allocator.admission import admit_in_order
 from allocator.policies.base import register
+from allocator.protocols import AdmissionDecision, OverflowMode
 from allocator.policies.elastic_dp import allocate_by_dp, fewest_gpus, job_table
 from allocator.types import Allocation, ClusterSnapshot, InfeasibleError, JobSpec, Share
 
@@ -51,7 +56,12 @@ def _parse_choice(value: object) -> BatchChoice:
 class FixedBatchFCFS:
     batch_choice: BatchChoice = BatchChoice.MAX
     seed: int = 0
+    strict_fifo: bool = False
     name: str = "fixed_batch"
+
+    def admit(self, snapshot: ClusterSnapshot, mode: OverflowMode) -> AdmissionDecision:
+        """Arrival order; with backfill unless ``strict_fifo`` (its own rule, whatever the loop's)."""
+        return admit_in_order(snapshot, self, mode, self.strict_fifo)
 
     def _gpus(self, job: JobSpec, capacity: int) -> int | None:
         """The requested count, raised to the fewest GPUs the fixed batch fits on; None if neither fits."""
@@ -97,8 +107,10 @@ class FixedBatchDP:
 
 
 @register("fixed_batch")
-def _make_fcfs(batch_choice: object = "max", seed: int = 0) -> FixedBatchFCFS:
-    return FixedBatchFCFS(batch_choice=_parse_choice(batch_choice), seed=int(seed))
+def _make_fcfs(batch_choice: object = "max", seed: int = 0, strict_fifo: object = False) -> FixedBatchFCFS:
+    if not isinstance(strict_fifo, bool):
+        raise ValueError(f"strict_fifo={strict_fifo!r}: must be true or false")
+    return FixedBatchFCFS(batch_choice=_parse_choice(batch_choice), seed=int(seed), strict_fifo=strict_fifo)
 
 
 @register("fixed_batch_dp")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from allocator.idle_nodes.model import Problem, ScalingCurve, assign_nodes
-from allocator.idle_nodes.snapshot_io import ObjectiveKind, RescaleCost, allocation_from_assignment, problem_from_snapshot
+from allocator.idle_nodes.snapshot_io import ObjectiveKind, NodeRescaleCost, allocation_from_assignment, problem_from_snapshot
 from allocator.policies.base import register
 from allocator.types import Allocation, ClusterSnapshot
 
@@ -35,7 +35,7 @@ class IdleNodesFifo:
     name: str = "idle_nodes_fifo"
 
     def allocate(self, snapshot: ClusterSnapshot) -> Allocation:
-        problem = problem_from_snapshot(snapshot, 1.0, ObjectiveKind.THROUGHPUT, RescaleCost(), {}, self.curves)
+        problem = problem_from_snapshot(snapshot, 1.0, ObjectiveKind.THROUGHPUT, NodeRescaleCost(), {}, self.curves)
         return allocation_from_assignment(snapshot, assign_nodes(problem, fifo_counts(problem)))
 
 

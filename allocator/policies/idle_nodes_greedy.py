@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from allocator.idle_nodes.model import Problem, Trainer, assign_nodes
-from allocator.idle_nodes.snapshot_io import ObjectiveKind, RescaleCost, allocation_from_assignment, problem_from_snapshot
+from allocator.idle_nodes.snapshot_io import ObjectiveKind, NodeRescaleCost, allocation_from_assignment, problem_from_snapshot
 from allocator.idle_nodes.model import ScalingCurve
 from allocator.policies.base import register
 from allocator.types import Allocation, ClusterSnapshot
@@ -58,7 +58,7 @@ class IdleNodesGreedy:
     name: str = "idle_nodes_greedy"
 
     def allocate(self, snapshot: ClusterSnapshot) -> Allocation:
-        problem = problem_from_snapshot(snapshot, 1.0, ObjectiveKind.THROUGHPUT, RescaleCost(), {}, self.curves)
+        problem = problem_from_snapshot(snapshot, 1.0, ObjectiveKind.THROUGHPUT, NodeRescaleCost(), {}, self.curves)
         return allocation_from_assignment(snapshot, assign_nodes(problem, equal_share_counts(problem)))
 
 

@@ -1,0 +1,54 @@
+"""The interfaces at the bottom of ``allocator/``: what a policy is, and what an admission
+step decides. They import only the core types, so policies, admission and the loop can all
+import them at module level without a cycle (and without lazy imports to dodge one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Protocol, runtime_checkable
+
+from allocator.types import Allocation, ClusterSnapshot, JobSpec
+
+
+class OverflowMode(str, Enum):
+    """What happens to a job that does not fit now."""
+
+    DROP = "drop"
+    QUEUE = "queue"
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionDecision:
+    admitted: tuple[JobSpec, ...]
+    queued: tuple[JobSpec, ...]
+    dropped: tuple[JobSpec, ...]
+
+
+@runtime_checkable
+class Policy(Protocol):
+    name: str
+
+    def allocate(self, snapshot: ClusterSnapshot) -> Allocation:
+        """Shares for every job in the snapshot (running and queued); InfeasibleError if some
+        job cannot get its minimum."""
+        ...
+
+
+@runtime_checkable
+class SupportsMinGpus(Protocol):
+    """A policy that can say, without solving, the fewest GPUs a job needs under it.
+
+    Admission uses it for seed 000's feasibility test (every job >= its minimum) in O(1)
+    per job instead of one full solve per queued job.
+    """
+
+    def min_gpus(self, job: JobSpec, capacity: int) -> int | None: ...
+
+
+@runtime_checkable
+class SupportsAdmission(Protocol):
+    """A policy with its own admission rule (queue discipline, start condition), e.g. Elan's E-BF."""
+
+    def admit(self, snapshot: ClusterSnapshot, mode: OverflowMode) -> AdmissionDecision: ...
