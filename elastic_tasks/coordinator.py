@@ -169,7 +169,9 @@ class JobCoordinator:
             self.members, self.global_batch = tuple(uids), batch
         self._ensure_monitor()
         event = self._wait_applied(version, self._startup_timeout())
-        outcome = RescaleOutcome(version, PlanKind.START, 0, gpus, batch, 0, event.pause_s if event else float("nan"), time.time() - t0)
+        if event is None and not self.finished:
+            raise JobFailed(f"job {self.job_id}: its {gpus} rank(s) did not start within {self._startup_timeout():g} s; {self._occupancy(list(workers))}")
+        outcome = RescaleOutcome(version, PlanKind.START, 0, gpus, batch, event.step if event else 0, event.pause_s if event else 0.0, time.time() - t0)
         self.rescales.append(outcome)
         return outcome
 

@@ -80,6 +80,9 @@ class ServiceProcess:
             pass
 
 
+RUNNING_SERVICES: list[ServiceProcess] = []
+
+
 def wait_until(predicate, timeout: float, what: str, store: JobStore):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -92,7 +95,8 @@ def wait_until(predicate, timeout: float, what: str, store: JobStore):
         f"allocations={[(a.kind, a.gpus, a.batch) for a in store.allocations(r.id)]}"
         for r in store.jobs()
     )
-    raise AssertionError(f"timed out waiting for {what}; jobs:\n{rows}")
+    logs = "\n".join(f"--- service {i} ---\n{svc.output()[-4000:]}" for i, svc in enumerate(RUNNING_SERVICES))
+    raise AssertionError(f"timed out waiting for {what}; jobs:\n{rows}\n{logs}")
 
 
 @pytest.fixture
@@ -111,12 +115,14 @@ def service_env(tmp_path):
     def start() -> ServiceProcess:
         svc = ServiceProcess(tmp_path, env)
         started.append(svc)
+        RUNNING_SERVICES.append(svc)
         return svc
 
     store_url = f"sqlite:///{(tmp_path / 'state' / 'jobs.db').resolve()}"
     yield start, store_url, env, tmp_path
     for svc in started:
         svc.kill_tree()
+    RUNNING_SERVICES.clear()
 
 
 def test_jobs_from_independent_submitters_share_the_cluster_shrink_in_place_fail_and_cancel(service_env):
@@ -174,11 +180,11 @@ def test_a_killed_service_and_a_stopped_one_lose_no_job_and_run_none_twice(servi
     store = JobStore(store_url)
     client = ServiceClient(store)
     # Submitted before any service runs: the store keeps them.
-    long_job = client.submit(entry("long", 400_000)).job_id
+    long_job = client.submit(entry("long", 1_500_000)).job_id
     waits = client.submit(entry("waits", 20_000, min_gpus=2, max_gpus=2, min_batch=64)).job_id
 
     svc = start()
-    wait_until(lambda: store.job(long_job).samples_done >= 60_000, 120, "progress before the crash", store)
+    wait_until(lambda: store.job(long_job).samples_done >= 100_000, 120, "progress before the crash", store)
     assert store.job(waits).state is JobState.QUEUED  # needs both GPUs while "long" holds one or two
     svc.proc.kill()  # kill -9 of the service alone: its cluster is orphaned, its ranks keep training
     svc.proc.wait(timeout=30)
@@ -188,7 +194,11 @@ def test_a_killed_service_and_a_stopped_one_lose_no_job_and_run_none_twice(servi
     svc2.wait_for_line("previous service died")
     # Resumed from a checkpoint (its steps are not redone from zero), as attempt 2.
     resumed = wait_until(lambda: (r := store.job(long_job)).attempts == 2 and r.state is JobState.RUNNING and r.updated_at > r.started_at and r, 120, "resume", store)
-    first_progress = wait_until(lambda: (r := store.job(long_job)).samples_done if r.updated_at > resumed.started_at + 1.5 else 0, 60, "progress after resume", store)
+    def progress_reported_after_resume() -> float:
+        row = store.job(long_job)
+        return row.samples_done if row.updated_at > resumed.started_at + 1.5 else 0.0
+
+    first_progress = wait_until(progress_reported_after_resume, 60, "progress after resume", store)
     assert first_progress >= 0.5 * before_crash, (first_progress, before_crash)
 
     assert svc2.stop(signal.SIGTERM) == 0
