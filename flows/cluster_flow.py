@@ -11,6 +11,7 @@ name of a built-in example (``elastic_tasks.examples``).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -21,14 +22,14 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from allocator.admission import OverflowMode
-from allocator.loop import LoopResult, LoopSettings, StepReport, run_loop
+from allocator.loop import LoopResult, LoopSettings, StepReport
 from allocator.policies import make_policy
 from allocator.types import JobSpec
 from deploy.clusters import KubeSpec, connect
 from elastic_tasks.cluster import warm_up
 from elastic_tasks.entrypoints import resolve_workload
 from elastic_tasks.coordinator import JobResult
-from elastic_tasks.executor import DaskExecutor, JobSettings, WallClock
+from elastic_tasks.executor import JobSettings
 from elastic_tasks.recipe import load_entry_point
 from flows.flow_artifacts import ProgressArtifact, publish_results, summary_markdown
 from flows.jobfile import load_jobs_file
@@ -36,6 +37,8 @@ from flows.record import RecordedRun, record_run
 from flows.retrain_flow import wait_for_workers
 from flows.settings import load_settings
 from flows.tracking import MetricPoint, tracker_from_settings
+from service.embedded import EmbeddedService
+from service.runner import ServiceConfig
 
 def entrypoint_for(spec: JobSpec) -> str:
     """The training entry point a job's ``workload`` names."""
@@ -75,18 +78,34 @@ def drive(
     client: Client,
     jobs: Sequence[JobSpec],
     policy: str,
-    capacity: int,
     loop_settings: LoopSettings,
     job_settings: JobSettings,
+    store_url: str,
     observer: Callable[[StepReport], None],
 ) -> tuple[LoopResult, dict]:
-    clock = WallClock()
-    executor = DaskExecutor(client, entrypoint_for, job_settings, clock=clock)
-    try:
-        result = run_loop(jobs, make_policy(policy), capacity, clock, executor, loop_settings, observer)
-    finally:
-        executor.close()
-    return result, dict(executor.results)
+    """The run's jobs through an embedded scheduler service: each submitted at its arrival time,
+    scheduled by the same store-fed loop a long-lived ``malleable serve`` runs."""
+    config = ServiceConfig(
+        store_url=store_url, checkpoint_root=job_settings.checkpoint_root or "", policy=policy,
+        interval_s=loop_settings.interval_s, overflow=loop_settings.overflow, react=loop_settings.react_to_events,
+        strict_fifo=loop_settings.strict_fifo, checkpoint_every=max(1, job_settings.checkpoint_every or 50),
+        collective_timeout_s=job_settings.timeout_s, tracking_uri=None,  # the flow records the run itself
+    )  # fmt: skip
+    with EmbeddedService(config, client, observer=observer) as service:
+        ids = service.submit_at_arrivals(jobs, key_prefix=Path(store_url).name)
+        service.wait(list(ids.values()))
+    names = {store_id: name for name, store_id in ids.items()}
+    return named(service.result, names), {names[j]: r for j, r in service.job_results().items() if j in names}
+
+
+def named(result: LoopResult, names: Mapping[str, str]) -> LoopResult:
+    """The loop's result with the store's job ids replaced by the jobs file's."""
+    return dataclasses.replace(
+        result,
+        schedule=tuple(dataclasses.replace(r, job_id=names.get(r.job_id, r.job_id)) for r in result.schedule),
+        events=tuple(dataclasses.replace(e, job_id=names.get(e.job_id, e.job_id)) for e in result.events),
+        jobs=tuple(dataclasses.replace(r, job_id=names.get(r.job_id, r.job_id)) for r in result.jobs),
+    )
 
 
 def _measured(results: dict) -> tuple[dict[str, list[MetricPoint]], dict[str, dict[str, float]]]:
@@ -144,10 +163,11 @@ def cluster_flow(
     kube = KubeSpec(namespace=settings.kube_namespace, image=settings.kube_image, workers=settings.workers)
     start_ms = int(time.time() * 1000)
     t0 = time.monotonic()
+    run_dir = settings.state_dir.resolve() / "runs" / f"{Path(jobs_file).stem}-{int(time.time())}"
     with connect(settings.cluster.value, workers=settings.workers, address=settings.scheduler_address, kube=kube) as client:
         available = wait_for_workers(client, settings.workers if settings.cluster.value == "local" else 1)
         warm_up_workers(client, [entrypoint_for(j) for j in jobs])
-        result, results = drive(client, jobs, chosen, len(available), loop_settings, job_settings, observe)
+        result, results = drive(client, jobs, chosen, loop_settings, job_settings, f"sqlite:///{run_dir / 'jobs.db'}", observe)
     wall_s = time.monotonic() - t0
     progress.update(len(jobs))
     series, finals = _measured(results)

@@ -18,7 +18,7 @@ from pathlib import Path
 from distributed import Client
 
 from allocator.admission import OverflowMode
-from allocator.loop import LoopResult, LoopSettings, run_loop
+from allocator.loop import LoopResult, LoopSettings, StepReport, run_loop
 from allocator.policies import make_policy
 from elastic_tasks.cluster import gpu_workers, warm_up_trainer
 from elastic_tasks.entrypoints import resolve_workload
@@ -70,6 +70,7 @@ class Service:
         self.store = JobStore(config.store_url)
         self.lease = Lease(self.store, config.lease_ttl_s)
         self.result: LoopResult | None = None
+        self.executor: DaskExecutor | None = None
         self._taken: Taken | None = None
 
     def acquire(self) -> None:
@@ -82,7 +83,8 @@ class Service:
     def checkpoint_dir(self, job_id: str) -> str:
         return str(Path(self.config.checkpoint_root) / job_id)
 
-    def run(self, client: Client, *, cluster_owned: bool) -> LoopResult:
+    def run(self, client: Client, *, cluster_owned: bool, observer: Callable[[StepReport], None] | None = None) -> LoopResult:
+        """Serve until stopped; ``observer`` also hears every decision (progress displays)."""
         cfg = self.config
         if self._taken is None:
             self.acquire()
@@ -104,7 +106,7 @@ class Service:
             warm_up_trainer(self.client)
             clock = WallClock()
             settings = JobSettings(timeout_s=cfg.collective_timeout_s, checkpoint_root=cfg.checkpoint_root, checkpoint_every=cfg.checkpoint_every, poll_s=cfg.poll_s)
-            executor = DaskExecutor(self.client, lambda spec: resolve_workload(spec.workload, spec.id), settings, clock=clock)
+            executor = self.executor = DaskExecutor(self.client, lambda spec: resolve_workload(spec.workload, spec.id), settings, clock=clock)
             recorder = StoreRecorder(self.store, tracking, self.checkpoint_dir, lambda j: executor.jobs[j].board_id if j in executor.jobs else None, self.say)
             tracking.service_started({"policy": cfg.policy, "interval_s": str(cfg.interval_s), "scheduler": self.client.scheduler.address})
             heartbeat = _Heartbeat(self.store, executor, tracking, self.client, cfg.progress_s)
@@ -115,7 +117,7 @@ class Service:
             self.say(f"serving {self.store.url.split('?')[0]!s} with {cfg.policy} on {len(gpu_workers(self.client))} GPU worker(s)")
             self.result = run_loop(
                 feed, make_policy(cfg.policy), lambda: len(gpu_workers(self.client)), clock, executor, loop_settings,
-                observer=recorder.observer, on_job=recorder.on_job,
+                observer=recorder.observer if observer is None else _both(recorder.observer, observer), on_job=recorder.on_job,
             )  # fmt: skip
             saved = executor.suspend_all()
             for job_id, ok in saved.items():
@@ -136,6 +138,14 @@ class Service:
             if self.lease.lost.is_set():
                 self.say("lost the job store's lease (another service took over): stopping")
                 self.stopping.set()
+
+
+def _both(first: Callable[[StepReport], None], second: Callable[[StepReport], None]) -> Callable[[StepReport], None]:
+    def call(report: StepReport) -> None:
+        first(report)
+        second(report)
+
+    return call
 
 
 class _Heartbeat:

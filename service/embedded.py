@@ -1,0 +1,82 @@
+"""A service for one run, inside the caller's process: what ``malleable run``, the quickstart and
+the flows use when no service is configured, so that a run and a team's service schedule with
+the same code (the store, the loop, the executor), not two."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from distributed import Client
+
+from allocator.loop import LoopResult, StepReport
+from allocator.types import JobSpec
+from elastic_tasks.coordinator import JobResult
+from service.client import ServiceClient
+from service.records import JobRow
+from service.runner import Service, ServiceConfig
+
+
+class ServiceDied(RuntimeError):
+    """The embedded service stopped with an error while jobs were still waiting on it."""
+
+
+class EmbeddedService:
+    def __init__(self, config: ServiceConfig, client: Client, say: Callable[[str], None] = lambda _line: None, observer: Callable[[StepReport], None] | None = None) -> None:
+        self.service = Service(config, say=say)
+        self.client, self.observer = client, observer
+        self.jobs = ServiceClient(self.service.store, submitter="embedded")
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def __enter__(self) -> EmbeddedService:
+        self.service.acquire()
+        self._thread = threading.Thread(target=self._serve, daemon=True, name="malleable-embedded-service")
+        self._thread.start()
+        return self
+
+    def _serve(self) -> None:
+        try:
+            self.service.run(self.client, cluster_owned=False, observer=self.observer)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            self._error = exc
+
+    def __exit__(self, *exc: object) -> None:
+        self.service.stop()
+        if self._thread is not None:
+            self._thread.join()
+        self.service.lease.release()
+        if self._error is not None and exc[0] is None:
+            raise ServiceDied(f"the run's scheduler stopped: {type(self._error).__name__}: {self._error}") from self._error
+
+    def submit_at_arrivals(self, specs: Sequence[JobSpec], key_prefix: str) -> dict[str, str]:
+        """Submit each job at its ``arrival_time`` (seconds from now); job name -> store id."""
+        t0 = time.monotonic()
+        ids: dict[str, str] = {}
+        for spec in sorted(specs, key=lambda s: (s.arrival_time, s.id)):
+            delay = t0 + spec.arrival_time - time.monotonic()
+            if delay > 0:
+                self._check()
+                time.sleep(delay)
+            ids[spec.id] = self.jobs.submit_specs([spec], key_prefix=key_prefix)[0].job_id
+        return ids
+
+    def wait(self, job_ids: Sequence[str], poll_s: float = 0.2) -> list[JobRow]:
+        while True:
+            self._check()
+            rows = self.jobs.jobs(ids=job_ids)
+            if all(r.state.terminal for r in rows):
+                return rows
+            time.sleep(poll_s)
+
+    def _check(self) -> None:
+        if self._error is not None or (self._thread is not None and not self._thread.is_alive()):
+            raise ServiceDied(f"the run's scheduler stopped: {type(self._error).__name__}: {self._error}" if self._error else "the run's scheduler stopped")
+
+    @property
+    def result(self) -> LoopResult | None:
+        return self.service.result
+
+    def job_results(self) -> dict[str, JobResult]:
+        return dict(self.service.executor.results) if self.service.executor is not None else {}
