@@ -37,7 +37,9 @@ from flows.record import RecordedRun, record_run
 from flows.retrain_flow import wait_for_workers
 from flows.settings import load_settings
 from flows.tracking import MetricPoint, tracker_from_settings
+from flows.service_tasks import live_service, submit_at_arrivals, wait_for_jobs
 from service.embedded import EmbeddedService
+from service.records import JobRow
 from service.runner import ServiceConfig
 
 def entrypoint_for(spec: JobSpec) -> str:
@@ -53,10 +55,11 @@ def check_trainable(jobs: Sequence[JobSpec]) -> None:
 
 @dataclass(frozen=True, slots=True)
 class ClusterOutcome:
-    result: LoopResult
-    recorded: RecordedRun
+    result: LoopResult | None  # None when a running service scheduled the jobs (it records them)
+    recorded: RecordedRun | None
     wall_s: float
     job_results: Mapping[str, JobResult]  # what the trainer measured, per job
+    service_jobs: tuple[JobRow, ...] = ()  # the jobs as a running service's store holds them
 
 
 @task(name="load-jobs-file")
@@ -142,6 +145,7 @@ def cluster_flow(
     run_name: str | None = None,
     collective_timeout_s: float = 60.0,
     on_step: Callable[[StepReport], None] | None = None,
+    to_running_service: bool = True,
 ) -> ClusterOutcome:
     """Run the jobs of ``jobs_file`` on the configured Dask cluster under the autoscaling loop."""
     settings = load_settings(workers=workers, policy=policy, interval_s=interval_s, overflow=overflow)
@@ -159,6 +163,16 @@ def cluster_flow(
             print(f"t={report.time:6.1f}s {e.job_id}: {e.kind.value} {e.before.gpus if e.before else 0}->{e.after.gpus if e.after else 0} GPUs (cost {e.cost_s:.2f} s)")
         if on_step is not None:
             on_step(report)
+
+    store_url = live_service(settings) if to_running_service else None
+    if store_url is not None:
+        # A team's service runs: its jobs share that cluster; it records them in MLflow.
+        t0 = time.monotonic()
+        ids = submit_at_arrivals(store_url, jobs, submitter=f"cluster-flow:{Path(jobs_file).name}")
+        print(f"submitted {len(ids)} job(s) to the service at {store_url}: " + ", ".join(f"{n}={i}" for n, i in ids.items()))
+        rows = wait_for_jobs(store_url, list(ids.values()))
+        progress.update(len(jobs))
+        return ClusterOutcome(None, None, time.monotonic() - t0, {}, tuple(rows))
 
     kube = KubeSpec(namespace=settings.kube_namespace, image=settings.kube_image, workers=settings.workers)
     start_ms = int(time.time() * 1000)

@@ -75,6 +75,14 @@ def run(
             outcome = cluster_flow(str(jobs_file), workers=workers, policy=policy, interval_s=interval, run_name=name)
         except Exception as exc:  # the flow run is recorded as failed in Prefect; say why in one line
             fail(f"cluster run failed: {type(exc).__name__}: {exc}", code=EXIT_FAILED)
+        if outcome.recorded is None:
+            from flows.cmd_service import jobs_table
+
+            console.print(f"{jobs_file.name}: scheduled by the running service ({outcome.wall_s:.0f} s)", highlight=False, markup=False)
+            console.print(jobs_table(outcome.service_jobs))
+            if any(r.state.value != "finished" for r in outcome.service_jobs):
+                raise typer.Exit(EXIT_FAILED)
+            return
         console.print(outcome_table(f"{jobs_file.name}: real run on {settings.workers} workers ({outcome.wall_s:.0f} s)", outcome.recorded.outcomes))
         console.print(f"MLflow parent run [bold]{outcome.recorded.parent_run}[/], {outcome.recorded.metrics.rescales} rescales")
     print_ui_hint()

@@ -163,7 +163,7 @@ def _eta(row) -> str:
     return f"{(row.total_samples - row.samples_done) / rate:.0f}s" if rate > 0 else "-"
 
 
-def _table(rows):
+def jobs_table(rows):
     from rich.table import Table
 
     table = Table(box=None, pad_edge=False)
@@ -201,15 +201,15 @@ def jobs(
         print(json.dumps(out, indent=2))
         return
     if not watch:
-        console.print(_table(rows()))
+        console.print(jobs_table(rows()))
         return
     from rich.live import Live
 
     try:
-        with Live(_table(rows()), console=console, refresh_per_second=2) as live:
+        with Live(jobs_table(rows()), console=console, refresh_per_second=2) as live:
             while True:
                 time.sleep(1.0)
-                live.update(_table(rows()))
+                live.update(jobs_table(rows()))
     except KeyboardInterrupt:
         pass
 

@@ -67,4 +67,4 @@ def quickstart_flow(workers: int = 4, scale: float = 1.0, interval_s: float = 5.
     profile = profile_flow(f"elastic_tasks.examples:{model}", batch_sizes=[16, 32, 64], repeats=3, warmup=1)
     jobs_file = quickstart_jobs_file(settings.state_dir / "quickstart" / "jobs.yaml", profile_to_dict(profile), workers, scale, model)
     print(f"jobs file written to {jobs_file}")
-    return cluster_flow(str(jobs_file), workers=workers, policy="elastic_dp", interval_s=interval_s, run_name="quickstart")
+    return cluster_flow(str(jobs_file), workers=workers, policy="elastic_dp", interval_s=interval_s, run_name="quickstart", to_running_service=False)

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from service.client import ServiceClient
 from service.records import JobState
@@ -109,6 +110,7 @@ def service_env(tmp_path):
         MALLEABLE_INTERVAL_S="5",
         MALLEABLE_CHECKPOINT_EVERY="50",
         MALLEABLE_SERVICE_POLL_S="0.2",
+        PREFECT_HOME=str(tmp_path / "prefect"),  # a flow run's ephemeral API keeps its database here
     )
     started: list[ServiceProcess] = []
 
@@ -170,6 +172,17 @@ def test_jobs_from_independent_submitters_share_the_cluster_shrink_in_place_fail
     losses = mlflow.get_metric_history(run_id, "loss")
     assert len({m.timestamp for m in losses}) >= 2
     assert mlflow.get_run(run_id).info.status == "FINISHED"
+
+    # `malleable run` with the store configured is a client of the running service, not a second scheduler.
+    jobs_file = cwd / "tiny.yaml"
+    jobs_file.write_text(yaml.safe_dump({"profiles": {"p": PROFILE}, "jobs": [{k: v for k, v in entry("tiny", 20_000).items() if k != "profile"} | {"profile": "p"}]}))
+    run = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "run", str(jobs_file)], cwd=cwd, env={**env, "MALLEABLE_JOB_STORE": store_url}, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "scheduled by the running service" in run.stdout
+    tiny = [r for r in store.jobs() if r.name == "tiny"]
+    assert [(r.state, r.submitter) for r in tiny] == [(JobState.FINISHED, "cluster-flow:tiny.yaml")]
 
     assert svc.stop() == 0
     assert "stopped" in svc.lines[-1]

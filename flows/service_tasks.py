@@ -1,0 +1,67 @@
+"""Prefect tasks that are clients of a scheduler service, and how a flow finds a running one.
+
+A flow submits to the configured service when one runs (``MALLEABLE_JOB_STORE`` set and its
+lease held by a live service); otherwise it schedules through an embedded one for the run.
+A submission's idempotency key is its task run's id, which Prefect keeps across retries: a
+retried ``submit-job`` returns the job the first try created instead of a second one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from allocator.types import JobSpec
+from flows.settings import Settings
+from service.client import ServiceClient
+from service.lease import Lease
+from service.records import JobRow
+from service.store import JobStore, StoreError
+
+
+def live_service(settings: Settings) -> str | None:
+    """The configured job store, if a service is scheduling it now."""
+    if not settings.job_store:
+        return None
+    try:
+        store = JobStore(settings.job_store, create=False)
+    except StoreError:
+        return None
+    try:
+        info = Lease(store).info()
+    finally:
+        store.close()
+    return settings.job_store if info.holder is not None and info.expires_at > time.time() else None
+
+
+def _task_key(prefix: str) -> str:
+    from prefect.runtime import task_run
+
+    return f"{prefix}:{task_run.id}"
+
+
+@task(name="submit-job", retries=3, retry_delay_seconds=2, cache_policy=NO_CACHE)
+def submit_job(store_url: str, spec: JobSpec, submitter: str = "prefect") -> str:
+    """Submit one job to the service; a retry of this task run returns the same job id."""
+    client = ServiceClient(store_url, submitter=submitter)
+    return client.submit_specs([spec], key_prefix=_task_key("prefect"))[0].job_id
+
+
+@task(name="wait-for-jobs", cache_policy=NO_CACHE)
+def wait_for_jobs(store_url: str, job_ids: Sequence[str], timeout_s: float | None = None) -> list[JobRow]:
+    return ServiceClient(store_url).wait(list(job_ids), timeout_s)
+
+
+def submit_at_arrivals(store_url: str, specs: Sequence[JobSpec], submitter: str) -> dict[str, str]:
+    """Submit each job at its ``arrival_time`` (seconds from now) through ``submit_job``; name -> id."""
+    t0 = time.monotonic()
+    ids = {}
+    for spec in sorted(specs, key=lambda s: (s.arrival_time, s.id)):
+        delay = t0 + spec.arrival_time - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        ids[spec.id] = submit_job(store_url, spec, submitter)
+    return ids
