@@ -68,6 +68,8 @@ class ThroughputProfile:
     matching forward+backward+step times, non-decreasing (a larger batch never takes less
     time — anything else is a measurement error we refuse rather than interpolate).
     ``max_batch_per_gpu`` is the memory cap: the largest per-GPU batch that fits.
+    ``inter_host`` optionally fits allreduce across hosts separately (``allreduce`` then
+    holds the intra-host fit); None: one fit for both.
     """
 
     workload: str
@@ -77,6 +79,7 @@ class ThroughputProfile:
     max_batch_per_gpu: int
     allreduce: AllreduceModel = field(default_factory=AllreduceModel)
     hardware: str = "unknown"
+    inter_host: AllreduceModel | None = None
 
     def __post_init__(self) -> None:
         owner = f"ThroughputProfile[{self.workload}]"
@@ -102,6 +105,9 @@ class ThroughputProfile:
             _require(b >= a, owner, "iter_times_s", self.iter_times_s, "must be non-decreasing in batch size (non-monotone profile)")
         _positive_int(owner, "max_batch_per_gpu", self.max_batch_per_gpu)
         _require(isinstance(self.allreduce, AllreduceModel), owner, "allreduce", self.allreduce, "must be an AllreduceModel")
+        _require(
+            self.inter_host is None or isinstance(self.inter_host, AllreduceModel), owner, "inter_host", self.inter_host, "must be an AllreduceModel or None"
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -75,7 +75,7 @@ def test_invariants_hold_or_infeasible(name, snap):
 
 def _objective(snap, alloc):
     """Sum of throughput scaling factors of the shares actually given (seed 000, eq. 3)."""
-    return sum(throughput(j.profile, alloc[j.id].batch, alloc[j.id].gpus) / baseline_rate(j) for j in snap.jobs)
+    return sum(throughput(j.profile, alloc[j.id].batch, alloc[j.id].gpus, alloc[j.id].accum_steps) / baseline_rate(j) for j in snap.jobs)
 
 
 def _brute_force(snap):
