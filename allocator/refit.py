@@ -143,15 +143,27 @@ class OnlineThroughputFit:
     +-25 % between runs here, so an offline prior must not outvote the running job).
     """
 
-    def __init__(self, num_params: int, prior: ThroughputProfile | None = None, prior_weight: float = 1.0) -> None:
+    def __init__(
+        self, num_params: int, prior: ThroughputProfile | None = None, prior_weight: float = 1.0, half_life: float | None = None
+    ) -> None:
+        if half_life is not None and not (half_life > 0):
+            raise ValueError(f"half_life={half_life!r}: must be > 0 steps, or None (never forget)")
         self.num_params = num_params
         self._prior = prior_observations(prior) if prior is not None else []
         self._prior_weight = prior_weight
+        self._half_life = half_life
         self._obs: list[StepObservation] = []
 
     def add(self, observations: Iterable[StepObservation]) -> None:
         self._obs.extend(observations)
 
     def fit(self) -> FittedModel:
-        w = [self._prior_weight / (1 + len(self._obs))] * len(self._prior) + [1.0] * len(self._obs)
+        """With ``half_life`` a step reported n steps ago weighs 2^(-n / half_life): the machine
+        drifts (other work, thermal, data), and recent steps say more about the next ones."""
+        n = len(self._obs)
+        if self._half_life is None:
+            recency = [1.0] * n
+        else:
+            recency = list(np.exp2(-(n - 1 - np.arange(n)) / self._half_life))
+        w = [self._prior_weight / (1 + n)] * len(self._prior) + recency
         return fit_step_times(self._prior + self._obs, self.num_params, w)

@@ -161,3 +161,16 @@ def test_policy_sees_the_inter_host_cost():
     hosted = make_policy("goodput_dp", default_noise_scale=1000.0, hosts=4).allocate(
         ClusterSnapshot(0.0, 8, queued=(job,), nodes=(("h0", 4), ("h1", 4))))
     assert flat["c"].gpus > 4 and hosted["c"].gpus <= 4
+
+
+def test_plan_keeps_a_fixed_batch_job_on_its_gpus_and_predicts_with_accumulation():
+    from allocator.plan import make_plan
+
+    prof = make_profile(cap=64, rate=RATE)
+    job = make_job("big", prof, min_batch=600, max_batch=600, fixed_batch=600, max_gpus=32, requested_gpus=6, elastic=False,
+                   total_samples=60_000)
+    plan = make_plan([job], 32, make_policy("fixed_batch"))
+    (planned,) = plan.jobs
+    step, s = own_step(0.005, RATE, 64, prof.num_params, 1e-4, 1e-9, 600, 6)
+    assert (planned.share.gpus, planned.share.accum_steps, s) == (6, 2, 2)
+    assert planned.predicted_runtime_s == pytest.approx(60_000 / 600 * step)

@@ -90,3 +90,21 @@ def test_bad_observations_name_the_field():
         StepObservation(2, 8, 1, 1, 0.0)
     with pytest.raises(ValueError, match="observations"):
         fit_step_times([], P)
+
+
+def test_half_life_follows_a_machine_that_slows_down():
+    """Every step takes 1.5x longer after the first 200 steps: a forgetting fit tracks the new speed."""
+    rng = np.random.default_rng(11)
+    configs = [(1, 32, 1, 1), (2, 32, 1, 1), (4, 16, 2, 1), (2, 64, 1, 1)]
+    plain, forgetting = OnlineThroughputFit(P), OnlineThroughputFit(P, half_life=40)
+    for i in range(400):
+        k, c, s, h = configs[i % len(configs)]
+        t = true_time(k, c, s, h) * (1.5 if i >= 200 else 1.0) * rng.uniform(0.97, 1.03)
+        for fit in (plain, forgetting):
+            fit.add([StepObservation(k, c, s, h, t)])
+    probe = StepObservation(4, 32, 1, 1, 1.0)
+    now = 1.5 * true_time(4, 32, 1, 1)
+    assert forgetting.fit().predict(probe, P) == pytest.approx(now, rel=0.05)
+    assert abs(plain.fit().predict(probe, P) / now - 1) > 0.1
+    with pytest.raises(ValueError, match="half_life"):
+        OnlineThroughputFit(P, half_life=0)
