@@ -264,9 +264,19 @@ class RunningJob:
     spec: JobSpec
     share: Share | None = None
     samples_done: float = 0.0
+    noise_scale: float | None = None
+    """The job's latest reported gradient noise scale (goodput policies prefer it to a model)."""
 
     def __post_init__(self) -> None:
         _finite_nonneg(f"job {self.spec.id!r}", "samples_done", self.samples_done)
+        if self.noise_scale is not None:
+            _require(
+                isinstance(self.noise_scale, (int, float)) and not isinstance(self.noise_scale, bool) and self.noise_scale > 0,
+                f"job {self.spec.id!r}",
+                "noise_scale",
+                self.noise_scale,
+                "must be a number > 0 (inf allowed) or None",
+            )
 
     @property
     def remaining_samples(self) -> float:

@@ -489,7 +489,9 @@ class _Rank:
                 self.board.post(RankEvent(EventKind.STRAGGLER, uid, plan.version, record.step))
         meta = self.state.meta
         if self.rank == 0:
-            self.courier.status = JobStatus(plan.version, meta.step, meta.samples_seen, w, meta.global_batch, record.loss, time.time())
+            self.courier.status = JobStatus(
+                plan.version, meta.step, meta.samples_seen, w, meta.global_batch, record.loss, time.time(), record.noise_scale
+            )
         return stats
 
     def _evaluate(self) -> EvalResult:

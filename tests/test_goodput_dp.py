@@ -124,3 +124,18 @@ def test_negative_p_shares_gpus_more_evenly_than_total_goodput():
     assert slow_gpus == sorted(slow_gpus) and slow_gpus[0] == 1 and slow_gpus[-1] >= 4
     with pytest.raises(ValueError, match="goodput_dp.p"):
         make_policy("goodput_dp", p=float("nan"))
+
+
+def test_a_reported_noise_scale_overrides_the_trajectory():
+    """The trainer's estimate (RunningJob.noise_scale) decides the batch: tiny B_noise -> the base batch."""
+    job = make_job("r", make_profile("a", rate=RATE, overhead_s=OVERHEAD), workload="a", min_batch=32, max_batch=512, max_gpus=1)
+    trajectory = {"a": NoiseTrajectory.constant(1e9)}  # says: any batch is free
+    policy = make_policy("goodput_dp", noise=trajectory)
+    free = policy.allocate(ClusterSnapshot(0.0, 1, running=(RunningJob(job, None, 0.0),)))
+    noisy = policy.allocate(ClusterSnapshot(0.0, 1, running=(RunningJob(job, None, 0.0, noise_scale=1.0),)))
+    best_free = max(range(32, 513), key=lambda b: own_goodput(job, 1, 1e9, b))
+    best_noisy = max(range(32, 513), key=lambda b: own_goodput(job, 1, 1.0, b))
+    assert (free["r"].batch, noisy["r"].batch) == (best_free, best_noisy)
+    assert best_noisy < best_free
+    with pytest.raises(ValueError, match="noise_scale"):
+        RunningJob(job, None, 0.0, noise_scale=-1.0)

@@ -62,15 +62,20 @@ class GoodputDP:
             if not isinstance(trajectory, NoiseTrajectory):
                 raise ValueError(f"goodput_dp.noise[{key!r}]={trajectory!r}: must be a NoiseTrajectory")
 
-    def noise_scale(self, job: JobSpec, samples_done: float) -> float:
+    def noise_scale(self, job: JobSpec, samples_done: float, reported: float | None = None) -> float:
+        """The job's own reported B_noise if the snapshot has one, else its trajectory, else the default."""
+        if reported is not None:
+            return reported
         trajectory = self.noise.get(job.id) or self.noise.get(job.workload)
         if trajectory is None:
             return self.default_noise_scale
         return trajectory.at(samples_done / job.total_samples)
 
-    def tables(self, job: JobSpec, kmax: int, samples_done: float, per_host: int | None) -> tuple[GoodputTable, float]:
+    def tables(
+        self, job: JobSpec, kmax: int, samples_done: float, per_host: int | None, reported: float | None = None
+    ) -> tuple[GoodputTable, float]:
         """The job's goodput table and its one-GPU goodput (the speedup's denominator)."""
-        noise = self.noise_scale(job, samples_done)
+        noise = self.noise_scale(job, samples_done, reported)
         table = goodput_table(job, kmax, noise, gpus_per_host=per_host)
         one = goodput_table(job, 1, noise, gpus_per_host=per_host, limit_gpus=False).goodput[1]
         return table, float(one)
@@ -84,7 +89,8 @@ class GoodputDP:
             raise InfeasibleError(f"capacity={snapshot.capacity}: no GPU to give")
         per_host = gpus_per_host(snapshot) or self.hosts
         done = {r.spec.id: r.samples_done for r in snapshot.running}
-        tables = [self.tables(j, kmax, done.get(j.id, 0.0), per_host) for j in jobs]
+        reported = {r.spec.id: r.noise_scale for r in snapshot.running}
+        tables = [self.tables(j, kmax, done.get(j.id, 0.0), per_host, reported.get(j.id)) for j in jobs]
         values = np.stack([fairness_value(t.goodput / one, self.p) for t, one in tables])
         counts, _ = solve_dp(values, snapshot.capacity)
         return Allocation(
