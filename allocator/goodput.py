@@ -93,11 +93,6 @@ def efficiency(noise_scale: float, base: float, batch: float | np.ndarray) -> fl
     return float(out) if out.ndim == 0 else out
 
 
-def accumulation_for(batch: int, gpus: int, cap: int) -> int:
-    """Fewest micro-steps that keep every rank's micro-batch within the memory cap."""
-    return -(-batch // (gpus * cap))
-
-
 def step_time(spec: JobSpec, batch: int, gpus: int, accum_steps: int = 1, gpus_per_host: int | None = None) -> float:
     """One optimizer step: ``accum_steps`` forward/backward passes plus one allreduce (inf if it does not fit)."""
     if gpus < 1 or accum_steps < 1 or batch < gpus * accum_steps:
@@ -105,12 +100,6 @@ def step_time(spec: JobSpec, batch: int, gpus: int, accum_steps: int = 1, gpus_p
     micro = -(-batch // (gpus * accum_steps))
     hosts = hosts_spanned(gpus, gpus_per_host)
     return accum_steps * float(t_proc(spec.profile, micro)) + float(comm_time(spec.profile, gpus, hosts))
-
-
-def goodput(spec: JobSpec, batch: int, gpus: int, accum_steps: int, noise_scale: float, gpus_per_host: int | None = None) -> float:
-    """Base-batch-equivalent samples per second."""
-    t = step_time(spec, batch, gpus, accum_steps, gpus_per_host)
-    return 0.0 if not math.isfinite(t) else batch / t * float(efficiency(noise_scale, base_batch(spec), batch))
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +114,19 @@ class GoodputTable:
         return np.flatnonzero(np.isfinite(self.goodput))
 
 
+MAX_CANDIDATES = 4096
+
+
+def _candidates(lo: int, hi: int) -> np.ndarray:
+    """Every batch in [lo, hi]; for very wide ranges, the first MAX_CANDIDATES/2 and a geometric
+    grid above them (goodput is smooth in B there, and the table stays kmax x 4096)."""
+    if hi - lo + 1 <= MAX_CANDIDATES:
+        return np.arange(lo, hi + 1, dtype=np.int64)
+    half = MAX_CANDIDATES // 2
+    grid = np.round(np.geomspace(lo + half, hi, half)).astype(np.int64)
+    return np.unique(np.concatenate([np.arange(lo, lo + half, dtype=np.int64), grid, [hi]]))
+
+
 def goodput_table(
     spec: JobSpec,
     kmax: int,
@@ -136,7 +138,7 @@ def goodput_table(
     """Best batch (with the fewest accumulation steps that fit) per GPU count, by goodput.
 
     ``batch`` pins the global batch; otherwise every batch in [min_batch, max_batch] is a
-    candidate. With ``limit_gpus`` counts outside the job's [min_gpus, max_gpus] (and, for a
+    candidate (a grid for ranges wider than MAX_CANDIDATES). With ``limit_gpus`` counts outside the job's [min_gpus, max_gpus] (and, for a
     non-elastic job, any count but its requested one) are infeasible. Ties go to the
     smaller batch.
     """
@@ -144,7 +146,7 @@ def goodput_table(
     if not spec.elastic and batch is None:
         lo = hi = spec.batch_when_fixed
     cap = spec.profile.max_batch_per_gpu
-    cand = np.arange(lo, hi + 1, dtype=np.int64)
+    cand = _candidates(lo, hi)
     ks = np.arange(1, kmax + 1, dtype=np.int64)[:, None]
     steps = -(-cand[None, :] // (ks * cap))
     micro = -(-cand[None, :] // (ks * steps))
