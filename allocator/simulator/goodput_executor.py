@@ -157,6 +157,14 @@ class GoodputSimExecutor:
         self._pop_stale()
         return self._heap[0][0] if self._heap else None
 
+    def failed(self, now: float) -> list:
+        """A modelled job never fails (the loop's failure protocol)."""
+        return []
+
+    def in_effect(self, allocation: Allocation) -> Allocation:
+        """A modelled job always runs on what it was given."""
+        return allocation
+
 
 def simulate_goodput(
     jobs: Iterable[JobSpec],
