@@ -46,7 +46,7 @@ def make_plan(jobs: Sequence[JobSpec], capacity: int, policy: Policy) -> Plan:
         share = decision.allocation.get(job.id)
         if share is None:
             continue
-        rate = throughput(job.profile, share.batch, share.gpus)
+        rate = throughput(job.profile, share.batch, share.gpus, share.accum_steps)
         base = baseline_rate(job)
         planned.append(
             PlannedJob(

@@ -92,14 +92,19 @@ def _t_proc_scalar(profile: ThroughputProfile, b: int) -> float:
     return ts[i] + (ts[i + 1] - ts[i]) * (b - xs[i]) / (xs[i + 1] - xs[i])
 
 
-def throughput(profile: ThroughputProfile, batch: int, gpus: int) -> float:
-    """Samples per second for a global batch on ``gpus`` GPUs (0 if it does not fit)."""
-    if gpus < 1 or batch < gpus:
+def throughput(profile: ThroughputProfile, batch: int, gpus: int, accum_steps: int = 1) -> float:
+    """Samples per second for a global batch on ``gpus`` GPUs (0 if it does not fit).
+
+    With ``accum_steps`` > 1 each rank runs that many forward/backward passes of
+    ceil(batch / (gpus * accum_steps)) samples before one allreduce:
+    step = accum_steps * t_proc(micro-batch) + t_comm(p, k).
+    """
+    if gpus < 1 or accum_steps < 1 or batch < gpus * accum_steps:
         return 0.0
     comm = 0.0
     if gpus > 1:
         comm = 2.0 * (gpus - 1) * profile.allreduce.latency_s + 2.0 * (gpus - 1) / gpus * profile.num_params * profile.allreduce.seconds_per_param
-    step = _t_proc_scalar(profile, -(-batch // gpus)) + comm
+    step = accum_steps * _t_proc_scalar(profile, -(-batch // (gpus * accum_steps))) + comm
     return 0.0 if not math.isfinite(step) else batch / step
 
 
@@ -113,23 +118,38 @@ def baseline_rate(spec: JobSpec) -> float:
 
 @dataclass(frozen=True, slots=True)
 class RateTable:
-    """Per GPU count k (index 0..kmax): the best global batch and its samples/s (-inf: infeasible)."""
+    """Per GPU count k (index 0..kmax): the best global batch and its samples/s (-inf: infeasible).
+
+    ``accum`` holds the gradient-accumulation steps per count (None: 1 everywhere).
+    """
 
     batches: np.ndarray
     rates: np.ndarray
+    accum: np.ndarray | None = None
 
     def feasible_counts(self) -> np.ndarray:
         return np.flatnonzero(np.isfinite(self.rates))
 
+    def accum_steps(self, gpus: int) -> int:
+        return 1 if self.accum is None else int(self.accum[gpus])
 
-def _best_batches(profile: ThroughputProfile, lo: int, hi: int, kmax: int) -> RateTable:
+
+def _best_batches(profile: ThroughputProfile, lo: int, hi: int, kmax: int, accumulate: bool = False) -> RateTable:
     batches = np.zeros(kmax + 1, dtype=np.int64)
     rates = np.full(kmax + 1, -np.inf)
+    accum = np.ones(kmax + 1, dtype=np.int64)
     cap = profile.max_batch_per_gpu
     for k in range(1, kmax + 1):
         upper = min(hi, k * cap)
         lower = max(lo, k)
         if lower > upper:
+            if accumulate and lower <= hi:
+                # Memory forces accumulation: the smallest batch in range, in as few micro-steps as fit.
+                steps = -(-lower // (k * cap))
+                if lower < k * steps:
+                    continue  # some rank would get an empty micro-batch
+                step = steps * t_proc(profile, -(-lower // (k * steps))) + t_comm(profile.allreduce, profile.num_params, k)
+                batches[k], rates[k], accum[k] = lower, lower / step, steps
             continue
         # Within one per-GPU size c the step time is fixed, so the largest global batch
         # with ceil(b/k) = c is best: min(c*k, upper). Candidates are one per c.
@@ -142,31 +162,34 @@ def _best_batches(profile: ThroughputProfile, lo: int, hi: int, kmax: int) -> Ra
         batches[k], rates[k] = cand[i], r[i]
     batches.setflags(write=False)
     rates.setflags(write=False)
-    return RateTable(batches, rates)
+    accum.setflags(write=False)
+    return RateTable(batches, rates, accum if accumulate else None)
 
 
 @lru_cache(maxsize=8192)
-def _cached_table(profile: ThroughputProfile, lo: int, hi: int, kmax: int) -> RateTable:
-    return _best_batches(profile, lo, hi, kmax)
+def _cached_table(profile: ThroughputProfile, lo: int, hi: int, kmax: int, accumulate: bool) -> RateTable:
+    return _best_batches(profile, lo, hi, kmax, accumulate)
 
 
-def rate_table(spec: JobSpec, kmax: int, batch: int | None = None) -> RateTable:
+def rate_table(spec: JobSpec, kmax: int, batch: int | None = None, accumulate: bool = False) -> RateTable:
     """Best batch and samples/s for k = 0..kmax GPUs, within the job's GPU limits.
 
     ``batch`` pins the global batch (fixed-batch baselines, non-elastic jobs); otherwise the
     batch is chosen in [min_batch, max_batch] — seed 000's b_opt(k). Counts outside
-    [min_gpus, max_gpus] are infeasible. Cached: profiles are immutable and tables are
-    asked for at every re-allocation.
+    [min_gpus, max_gpus] are infeasible. With ``accumulate``, a count whose smallest
+    allowed batch exceeds k x the memory cap runs that batch as gradient-accumulation steps
+    (costed in ``accum``) instead of being infeasible. Cached: profiles are immutable and
+    tables are asked for at every re-allocation.
     """
     lo, hi = (batch, batch) if batch is not None else (spec.min_batch, spec.max_batch)
-    table = _cached_table(spec.profile, lo, hi, kmax)
+    table = _cached_table(spec.profile, lo, hi, kmax, accumulate)
     if spec.min_gpus == 1 and spec.max_gpus >= kmax:
         return table
     rates = table.rates.copy()
     rates[: spec.min_gpus] = -np.inf
     rates[spec.max_gpus + 1 :] = -np.inf
     rates.setflags(write=False)
-    return RateTable(table.batches, rates)
+    return RateTable(table.batches, rates, table.accum)
 
 
 def b_opt(spec: JobSpec, gpus: int) -> int | None:

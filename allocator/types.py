@@ -68,6 +68,8 @@ class ThroughputProfile:
     matching forward+backward+step times, non-decreasing (a larger batch never takes less
     time — anything else is a measurement error we refuse rather than interpolate).
     ``max_batch_per_gpu`` is the memory cap: the largest per-GPU batch that fits.
+    ``inter_host`` optionally fits allreduce across hosts separately (``allreduce`` then
+    holds the intra-host fit); None: one fit for both.
     """
 
     workload: str
@@ -77,6 +79,7 @@ class ThroughputProfile:
     max_batch_per_gpu: int
     allreduce: AllreduceModel = field(default_factory=AllreduceModel)
     hardware: str = "unknown"
+    inter_host: AllreduceModel | None = None
 
     def __post_init__(self) -> None:
         owner = f"ThroughputProfile[{self.workload}]"
@@ -109,6 +112,9 @@ class ThroughputProfile:
             )
         _positive_int(owner, "max_batch_per_gpu", self.max_batch_per_gpu)
         _require(isinstance(self.allreduce, AllreduceModel), owner, "allreduce", self.allreduce, "must be an AllreduceModel")
+        _require(
+            self.inter_host is None or isinstance(self.inter_host, AllreduceModel), owner, "inter_host", self.inter_host, "must be an AllreduceModel or None"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,9 +271,19 @@ class RunningJob:
     spec: JobSpec
     share: Share | None = None
     samples_done: float = 0.0
+    noise_scale: float | None = None
+    """The job's latest reported gradient noise scale (goodput policies prefer it to a model)."""
 
     def __post_init__(self) -> None:
         _finite_nonneg(f"job {self.spec.id!r}", "samples_done", self.samples_done)
+        if self.noise_scale is not None:
+            _require(
+                isinstance(self.noise_scale, (int, float)) and not isinstance(self.noise_scale, bool) and self.noise_scale > 0,
+                f"job {self.spec.id!r}",
+                "noise_scale",
+                self.noise_scale,
+                "must be a number > 0 (inf allowed) or None",
+            )
 
     @property
     def remaining_samples(self) -> float:

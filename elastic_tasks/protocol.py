@@ -149,6 +149,7 @@ class StepRecord:
     wall_s: float = 0.0  # from this step's start to the next step's start, on the recording rank
     agree_s: float = 0.0  # of which spent blocked on this step's agreement (it overlaps the next step)
     cpu_s: float = 0.0  # CPU time of the recording rank's process (all its threads) over wall_s
+    noise_scale: float | None = None  # smoothed gradient noise scale B_noise so far (elastic_tasks.noise_scale)
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,6 +44,7 @@ from elastic_tasks.protocol import (
     StepRecord,
     SwitchRecord,
 )
+from elastic_tasks.noise_scale import GradientNoiseProbe
 from elastic_tasks.recipe import TrainingRecipe, collate, load_entry_point
 from elastic_tasks.scaling import accumulation_steps, initial_lr, micro_batches, rescale_lr
 from elastic_tasks.sharding import EpochSampler, rank_slice
@@ -196,6 +197,7 @@ class _Rank:
         self.local_time = 0.0
         self._cpu0 = 0.0
         self._inflight: _InFlight | None = None
+        self.noise = GradientNoiseProbe()  # gradient noise scale for goodput (issue 14)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -259,6 +261,7 @@ class _Rank:
             self.state.broadcast(src=plan.members.index(plan.source))
         self._apply_batch(plan)
         self.ddp = DistributedDataParallel(self.state.model, init_sync=False, forward_sync_buffers=False)
+        self.noise.attach(self.ddp)
         pause = time.time() - t_stop
         meta = self.state.meta
         self.switches.append(SwitchRecord(plan.version, plan.kind, meta.step, self.world, meta.global_batch, pause, plan.source))
@@ -397,8 +400,10 @@ class _Rank:
                     # Local work ends where the gradient allreduce (waiting for peers) begins.
                     self.local_time = time.perf_counter() - t_local
                 (loss * (n * scale)).backward()
+                self.noise.after_micro(ddp.module, n, scale, self.world)
             loss_sum += float(loss.detach()) * n
             correct += float((out.detach().argmax(dim=1) == y).sum()) if out.dim() == 2 else 0.0
+        self.noise.finish_step(ddp.module, batch, self.world)
         self.state.optimizer.step()
         self.state.meta = dataclasses.replace(meta, step=meta.step + 1, samples_seen=meta.samples_seen + batch)
         return loss_sum, correct, len(local)
@@ -473,6 +478,7 @@ class _Rank:
             wall,
             now - t_agree,
             time.process_time() - done.cpu0 if next_t0 is None else self._cpu0 - done.cpu0,
+            noise_scale=self.noise.value,
         )
         self.history.append(record)
         self.step_times.append(record.wall_s)
@@ -483,7 +489,9 @@ class _Rank:
                 self.board.post(RankEvent(EventKind.STRAGGLER, uid, plan.version, record.step))
         meta = self.state.meta
         if self.rank == 0:
-            self.courier.status = JobStatus(plan.version, meta.step, meta.samples_seen, w, meta.global_batch, record.loss, time.time())
+            self.courier.status = JobStatus(
+                plan.version, meta.step, meta.samples_seen, w, meta.global_batch, record.loss, time.time(), record.noise_scale
+            )
         return stats
 
     def _evaluate(self) -> EvalResult:

@@ -3,7 +3,7 @@
 Importing this package registers every built-in policy.
 """
 
-from allocator.policies import efficiency_threshold, elan_backfill, elan_fifo, elastic_dp, fixed_batch, idle_nodes_fifo, idle_nodes_greedy, idle_nodes_milp  # noqa: F401  (registration side effect)
+from allocator.policies import efficiency_threshold, elan_backfill, elan_fifo, elastic_dp, fixed_batch, goodput_dp, idle_nodes_fifo, idle_nodes_greedy, idle_nodes_milp  # noqa: F401  (registration side effect)
 from allocator.policies.base import (
     Policy,
     SupportsMinGpus,

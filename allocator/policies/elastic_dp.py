@@ -19,14 +19,18 @@ from allocator.types import Allocation, ClusterSnapshot, InfeasibleError, JobSpe
 
 
 def job_table(job: JobSpec, kmax: int, fixed_batch: int | None) -> RateTable:
-    """The rate table a job contributes: elastic jobs choose batch and GPUs, others are pinned."""
+    """The rate table a job contributes: elastic jobs choose batch and GPUs, others are pinned.
+
+    A pinned batch that exceeds k x the memory cap runs with gradient accumulation (as the
+    trainer does) rather than forcing the job onto more GPUs.
+    """
     if not job.elastic:
-        table = rate_table(job, kmax, batch=job.batch_when_fixed)
+        table = rate_table(job, kmax, batch=job.batch_when_fixed, accumulate=True)
         rates = np.full(kmax + 1, -np.inf)
         if job.requested_gpus <= kmax:
             rates[job.requested_gpus] = table.rates[job.requested_gpus]
-        return RateTable(table.batches, rates)
-    return rate_table(job, kmax, batch=fixed_batch)
+        return RateTable(table.batches, rates, table.accum)
+    return rate_table(job, kmax, batch=fixed_batch, accumulate=fixed_batch is not None)
 
 
 def normaliser(job: JobSpec, fixed_batch: int | None) -> float:
@@ -50,7 +54,10 @@ def allocate_by_dp(jobs: Sequence[JobSpec], capacity: int, batches: Sequence[int
         values[row] = table.rates / normaliser(job, b)
     counts, _ = solve_dp(values, capacity)
     return Allocation(
-        tuple((job.id, Share(gpus=int(k), batch=int(t.batches[k]))) for job, t, k in zip(jobs, tables, counts))
+        tuple(
+            (job.id, Share(gpus=int(k), batch=int(t.batches[k]), accum_steps=t.accum_steps(int(k))))
+            for job, t, k in zip(jobs, tables, counts)
+        )
     )
 
 

@@ -40,7 +40,8 @@ class Tables:
         return float(self.tables[index].rates[gpus])
 
     def share(self, index: int, gpus: int) -> Share:
-        return Share(gpus=gpus, batch=int(self.tables[index].batches[gpus]))
+        table = self.tables[index]
+        return Share(gpus=gpus, batch=int(table.batches[gpus]), accum_steps=table.accum_steps(gpus))
 
 
 def build_tables(jobs: Sequence[JobSpec], capacity: int) -> Tables:

@@ -87,7 +87,7 @@ class SimExecutor:
             cost = self._cost(job_id)
             kind, lost = self._classify(before, after, cost)
             state.paused_until = now + lost
-            state.rate = throughput(state.spec.profile, after.batch, after.gpus) if after is not None else 0.0
+            state.rate = throughput(state.spec.profile, after.batch, after.gpus, after.accum_steps) if after is not None else 0.0
             state.version += 1
             self._push(state)
             events.append(RescaleEvent(now, job_id, before, after, kind, cost_s=lost, measured=False))

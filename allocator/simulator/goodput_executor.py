@@ -1,0 +1,181 @@
+"""A modelled cluster whose jobs progress by goodput: base-batch-equivalent samples per second.
+
+Every policy is judged on the same physics: a job running a share (k GPUs, global batch B,
+s accumulation steps) advances at T(B, k, s) x E(B) base-batch-equivalent samples per second,
+where E follows the job's gradient-noise-scale trajectory over its progress
+(``allocator.goodput``). The trajectory is piecewise constant in progress, so the rate is
+constant within each piece and finish times are exact sums over pieces. A job finishes
+when it has done ``total_samples`` base-batch-equivalent samples.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from allocator.goodput import NoiseTrajectory, base_batch, efficiency, step_time
+from allocator.loop import EPS, LoopResult, LoopSettings, StepReport, run_loop, share_changes
+from allocator.policies.base import Policy
+from allocator.simulator.clock import SimClock
+from allocator.simulator.executor import RescaleCost
+from allocator.types import Allocation, JobSpec, RescaleEvent, RescaleKind, Share
+
+
+@dataclass(slots=True)
+class _Job:
+    spec: JobSpec
+    trajectory: NoiseTrajectory
+    done: float = 0.0  # base-batch-equivalent samples as of ``since``
+    since: float = 0.0
+    paused_until: float = 0.0
+    rates: list[float] = field(default_factory=list)  # per trajectory piece; empty: not running
+    version: int = 0
+    finished: bool = False
+
+    def _pieces(self) -> Iterable[tuple[float, float]]:
+        """(end of piece in samples, rate) for the pieces from the current progress on."""
+        total = float(self.spec.total_samples)
+        for end, rate in zip(self.trajectory.bounds[1:], self.rates):
+            end_samples = end * total
+            if end_samples > self.done:
+                yield end_samples, rate
+
+    def progress_at(self, t: float) -> float:
+        left = max(0.0, t - max(self.since, self.paused_until))
+        done = self.done
+        for end, rate in self._pieces():
+            if rate <= 0 or left <= 0:
+                break
+            need = (end - done) / rate
+            if left < need:
+                return done + rate * left
+            done, left = end, left - need
+        return min(done, float(self.spec.total_samples))
+
+    def settle(self, t: float) -> None:
+        self.done = self.progress_at(t)
+        self.since = max(t, self.since)
+
+    def finish_time(self) -> float | None:
+        if not self.rates:
+            return None
+        t, done = max(self.since, self.paused_until), self.done
+        for end, rate in self._pieces():
+            if rate <= 0:
+                return None
+            t, done = t + (end - done) / rate, end
+        return t
+
+
+class GoodputSimExecutor:
+    """Same protocol as ``SimExecutor``; progress is in base-batch-equivalent samples."""
+
+    def __init__(
+        self,
+        noise: Mapping[str, NoiseTrajectory],
+        default_cost: RescaleCost = RescaleCost(),
+        gpus_per_host: int | None = None,
+        default_noise_scale: float = math.inf,
+    ) -> None:
+        self._noise = dict(noise)
+        self._default_noise = NoiseTrajectory.constant(default_noise_scale)
+        self._cost = default_cost
+        self._per_host = gpus_per_host
+        self._jobs: dict[str, _Job] = {}
+        self._heap: list[tuple[float, int, int, str, int]] = []
+        self._sequence = 0
+
+    def trajectory(self, spec: JobSpec) -> NoiseTrajectory:
+        return self._noise.get(spec.id) or self._noise.get(spec.workload) or self._default_noise
+
+    def rates(self, spec: JobSpec, share: Share) -> list[float]:
+        """Goodput of ``share`` in each piece of the job's noise trajectory."""
+        step = step_time(spec, share.batch, share.gpus, share.accum_steps, self._per_host)
+        if not math.isfinite(step):
+            return [0.0] * len(self.trajectory(spec).values)
+        b0 = base_batch(spec)
+        return [share.batch / step * float(efficiency(v, b0, share.batch)) for v in self.trajectory(spec).values]
+
+    def apply(self, now: float, previous: Allocation, new: Allocation, jobs: Mapping[str, JobSpec]) -> list[RescaleEvent]:
+        events = []
+        for job_id, before, after in share_changes(previous, new):
+            state = self._jobs.get(job_id)
+            if state is None:
+                spec = jobs[job_id]
+                state = self._jobs[job_id] = _Job(spec, self.trajectory(spec), since=now, paused_until=now)
+            if state.finished:
+                continue
+            state.settle(now)
+            kind, lost = self._classify(before, after)
+            state.paused_until = now + lost
+            state.rates = self.rates(state.spec, after) if after is not None else []
+            state.version += 1
+            t = state.finish_time()
+            if t is not None:
+                self._sequence += 1
+                heapq.heappush(self._heap, (t, 0, self._sequence, job_id, state.version))
+            events.append(RescaleEvent(now, job_id, before, after, kind, cost_s=lost, measured=False))
+        return events
+
+    def _classify(self, before: Share | None, after: Share | None) -> tuple[RescaleKind, float]:
+        if before is None:
+            return RescaleKind.START, self._cost.start_s
+        if after is None:
+            return RescaleKind.STOP, 0.0
+        if self._cost.in_place:
+            return RescaleKind.IN_PLACE, self._cost.in_place_s
+        return RescaleKind.RESTART, self._cost.restart_s
+
+    def progress(self, job_id: str, now: float) -> float:
+        state = self._jobs.get(job_id)
+        if state is None:
+            return 0.0
+        return state.done if state.finished else state.progress_at(now)
+
+    def _pop_stale(self) -> None:
+        while self._heap:
+            state = self._jobs[self._heap[0][3]]
+            if state.finished or state.version != self._heap[0][4]:
+                heapq.heappop(self._heap)
+            else:
+                return
+
+    def completed(self, now: float) -> list[str]:
+        done = []
+        self._pop_stale()
+        while self._heap and self._heap[0][0] <= now + EPS:
+            job_id = heapq.heappop(self._heap)[3]
+            state = self._jobs[job_id]
+            state.done, state.since, state.rates, state.finished = float(state.spec.total_samples), now, [], True
+            done.append(job_id)
+            self._pop_stale()
+        return done
+
+    def next_completion(self, now: float) -> float | None:
+        self._pop_stale()
+        return self._heap[0][0] if self._heap else None
+
+    def failed(self, now: float) -> list:
+        """A modelled job never fails (the loop's failure protocol)."""
+        return []
+
+    def in_effect(self, allocation: Allocation) -> Allocation:
+        """A modelled job always runs on what it was given."""
+        return allocation
+
+
+def simulate_goodput(
+    jobs: Iterable[JobSpec],
+    policy: Policy,
+    capacity: int,
+    noise: Mapping[str, NoiseTrajectory],
+    settings: LoopSettings = LoopSettings(),
+    cost: RescaleCost = RescaleCost(),
+    gpus_per_host: int | None = None,
+    observer: Callable[[StepReport], None] | None = None,
+) -> LoopResult:
+    """The shared loop on goodput physics; ``noise`` is keyed by job id or workload name."""
+    executor = GoodputSimExecutor(noise, cost, gpus_per_host)
+    return run_loop(jobs, policy, capacity, SimClock(), executor, settings, observer)

@@ -1,0 +1,107 @@
+"""goodput_dp vs elastic_dp vs the fixed-batch baseline on the same goodput physics.
+
+Workload: seed 000's 40-GPU bursty setting (categories 1-4, Poisson arrivals alternating
+high/low every 2 h for ``--minutes``, queueing, Δ = 10 min), generated per seed. Every job's
+gradient noise scale follows the trajectory MEASURED for its category's stand-in example
+(``benchmarks/data/noise_trajectories.json``, written by ``benchmarks/measure_noise_scale.py``)
+over its fraction of work done. All policies run in ``simulate_goodput``: a job progresses by
+T(B, k) x E(B) base-batch-equivalent samples per second, so a policy that buys throughput
+with a larger batch pays for it in samples (McCandlish et al. 2018; Pollux, OSDI'21).
+
+Figures (the last line, JSON): ratios of mean JCTs summed over the seeds, side by side in
+one run, plus absolute means (minutes) per policy, p95 JCT and makespan.
+
+Run: python benchmarks/goodput_bench.py [--seeds 0 1 2] [--minutes 480]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from allocator.admission import OverflowMode
+from allocator.goodput import NoiseTrajectory
+from allocator.loop import LoopSettings
+from allocator.metrics import summarise
+from allocator.policies import make_policy
+from allocator.simulator.experiments import SEED000_INTERVAL_S
+from allocator.simulator.goodput_executor import simulate_goodput
+from allocator.workloads.arrivals import ArrivalSpec, Pattern, generate_jobs
+from allocator.workloads.seed000 import load_category_profiles
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILES = ROOT / "examples" / "profiles"
+TRAJECTORIES = ROOT / "benchmarks" / "data" / "noise_trajectories.json"
+CAPACITY = 40
+
+
+def load_trajectories(path: Path) -> dict[str, NoiseTrajectory]:
+    data = json.loads(path.read_text())
+    return {
+        workload: NoiseTrajectory.from_points(entry["fractions"], entry["noise_scale"])
+        for workload, entry in data["workloads"].items()
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--minutes", type=float, default=480.0)
+    parser.add_argument("--p", type=float, default=-1.0, help="goodput_dp's power-mean exponent")
+    parser.add_argument("--trajectories", type=Path, default=TRAJECTORIES)
+    args = parser.parse_args()
+    noise = load_trajectories(args.trajectories)
+    profiles = load_category_profiles(PROFILES)
+    arrivals = ArrivalSpec(Pattern.BURSTY, args.minutes, period_min=120, scale=CAPACITY / 10)
+    settings = LoopSettings(interval_s=SEED000_INTERVAL_S, overflow=OverflowMode.QUEUE, react_to_events=False)
+    policies = {
+        "goodput_dp": lambda seed: make_policy("goodput_dp", noise=noise, p=args.p),
+        "goodput_dp_p1": lambda seed: make_policy("goodput_dp", noise=noise, p=1.0),
+        "elastic_dp": lambda seed: make_policy("elastic_dp"),
+        "fixed_batch_dp": lambda seed: make_policy("fixed_batch_dp", batch_choice="random", seed=seed),
+    }
+    jct: dict[str, list[float]] = {name: [] for name in policies}
+    p95: dict[str, list[float]] = {name: [] for name in policies}
+    makespan: dict[str, list[float]] = {name: [] for name in policies}
+    wall: dict[str, float] = {name: 0.0 for name in policies}
+    jobs_total = 0
+    for seed in args.seeds:
+        jobs = generate_jobs(arrivals, profiles, np.random.default_rng(seed))
+        jobs_total += len(jobs)
+        specs = {j.id: j for j in jobs}
+        for name, make in policies.items():
+            t0 = time.perf_counter()
+            result = simulate_goodput(jobs, make(seed), CAPACITY, noise, settings)
+            wall[name] += time.perf_counter() - t0
+            m = summarise(result, specs)
+            if m.jobs_completed != len(jobs):
+                raise RuntimeError(f"{name} seed {seed}: {m.jobs_completed}/{len(jobs)} jobs completed")
+            jct[name].append(m.avg_jct_s)
+            p95[name].append(m.p95_jct_s)
+            makespan[name].append(m.makespan_s)
+            print(f"seed {seed} {name:15s} jobs {len(jobs):4d} mean JCT {m.avg_jct_s / 60:7.1f} min  p95 {m.p95_jct_s / 60:7.1f} min"
+                  f"  makespan {m.makespan_s / 60:7.1f} min  wall {time.perf_counter() - t0:5.1f} s", flush=True)
+    mean = {name: float(np.mean(v)) for name, v in jct.items()}
+    figures = {
+        "goodput_over_elastic_dp_avg_jct": round(mean["goodput_dp"] / mean["elastic_dp"], 4),
+        "goodput_over_fixed_batch_dp_avg_jct": round(mean["goodput_dp"] / mean["fixed_batch_dp"], 4),
+        "goodput_p95_over_elastic_dp": round(float(np.mean(p95["goodput_dp"])) / float(np.mean(p95["elastic_dp"])), 4),
+        "goodput_p1_over_elastic_dp_avg_jct": round(mean["goodput_dp_p1"] / mean["elastic_dp"], 4),
+        "seeds": args.seeds,
+        "jobs": jobs_total,
+        "goodput_dp_p": args.p,
+    }
+    for name in policies:
+        figures[f"{name}_avg_jct_min"] = round(mean[name] / 60, 2)
+        figures[f"{name}_p95_jct_min"] = round(float(np.mean(p95[name])) / 60, 2)
+        figures[f"{name}_makespan_min"] = round(float(np.mean(makespan[name])) / 60, 2)
+        figures[f"{name}_wall_s"] = round(wall[name], 2)
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,141 @@
+"""goodput_dp against brute force: own goodput, own batch enumeration, own GPU-count enumeration."""
+
+import itertools
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from allocator.goodput import NoiseTrajectory
+from allocator.policies import make_policy
+from allocator.types import ClusterSnapshot, InfeasibleError, RunningJob, validate_allocation
+from tests.factories import make_job, make_profile
+
+RATE = 2_000.0
+OVERHEAD = 0.005
+
+
+def own_goodput(job, k, noise, batch):
+    """T(B, k) with the fewest accumulation steps that fit, times (Bn + B0) / (Bn + B); 0 if infeasible."""
+    p = job.profile
+    cap = p.max_batch_per_gpu
+    s = math.ceil(batch / (k * cap))
+    if batch < k * s:
+        return 0.0
+    micro = math.ceil(batch / (k * s))
+    a, b = p.allreduce.latency_s, p.allreduce.seconds_per_param
+    comm = 0.0 if k == 1 else 2 * (k - 1) * a + 2 * (k - 1) / k * p.num_params * b
+    b0 = job.fixed_batch or job.min_batch
+    return batch / (s * (OVERHEAD + micro / RATE) + comm) * (noise + b0) / (noise + batch)
+
+
+def own_best(job, k, noise):
+    if not job.elastic:
+        return own_goodput(job, k, noise, job.batch_when_fixed)
+    return max(own_goodput(job, k, noise, b) for b in range(job.min_batch, job.max_batch + 1))
+
+
+def allowed(job, k):
+    return k == job.requested_gpus if not job.elastic else job.min_gpus <= k <= job.max_gpus
+
+
+def term(speedup, p):
+    return math.log(speedup) if p == 0 else speedup**p if p > 0 else -(speedup**p)
+
+
+def brute(jobs, noises, capacity, p):
+    """Best sum of power-mean terms over every assignment of counts (None: infeasible)."""
+    rows = []
+    for job, noise in zip(jobs, noises):
+        one = own_best(job, 1, noise)
+        rows.append({k: term(own_best(job, k, noise) / one, p) for k in range(1, capacity + 1)
+                     if allowed(job, k) and own_best(job, k, noise) > 0})
+    best = None
+    for counts in itertools.product(*[sorted(r) for r in rows]):
+        if sum(counts) <= capacity:
+            v = sum(r[k] for r, k in zip(rows, counts))
+            best = v if best is None else max(best, v)
+    return best
+
+
+@st.composite
+def instances(draw):
+    n = draw(st.integers(1, 3))
+    capacity = draw(st.integers(n, 7))
+    jobs, noises, running = [], [], []
+    for i in range(n):
+        profile = make_profile(f"w{i}", num_params=draw(st.integers(1_000_000, 80_000_000)), rate=RATE, overhead_s=OVERHEAD,
+                               cap=draw(st.sampled_from([16, 32, 64])))
+        lo = draw(st.integers(8, 64))
+        elastic = draw(st.integers(0, 4)) > 0  # mostly elastic
+        max_gpus = draw(st.integers(1, 5))
+        job = make_job(f"j{i}", profile, workload=f"w{i}", min_batch=lo, max_batch=lo + draw(st.integers(0, 200)),
+                       max_gpus=max_gpus, requested_gpus=draw(st.integers(1, max_gpus)), elastic=elastic,
+                       total_samples=10_000, arrival_time=float(i))
+        jobs.append(job)
+        noises.append(draw(st.floats(10.0, 3000.0)))
+        running.append(draw(st.booleans()))
+    return jobs, noises, running, capacity
+
+
+@pytest.mark.parametrize("p", [1.0, 0.0, -1.0])
+@settings(max_examples=30, deadline=None)
+@given(case=instances())
+def test_goodput_dp_reaches_the_brute_force_optimum(p, case):
+    jobs, noises, running, capacity = case
+    # A running job half done sees its trajectory's second value: the policy must read progress.
+    trajectories = {j.workload: NoiseTrajectory((0.0, 0.5, 1.0), (1e9, n)) if r else NoiseTrajectory.constant(n)
+                    for j, n, r in zip(jobs, noises, running)}
+    snap = ClusterSnapshot(
+        0.0, capacity,
+        running=tuple(RunningJob(j, None, samples_done=6_000.0) for j, r in zip(jobs, running) if r),
+        queued=tuple(j for j, r in zip(jobs, running) if not r),
+    )
+    order = [j for j in snap.jobs]
+    noise_of = {j.id: n for j, n in zip(jobs, noises)}
+    optimum = brute(order, [noise_of[j.id] for j in order], capacity, p)
+    policy = make_policy("goodput_dp", noise=trajectories, p=p)
+    try:
+        alloc = policy.allocate(snap)
+    except InfeasibleError:
+        assert optimum is None
+        return
+    assert optimum is not None
+    validate_allocation(alloc, snap, required=[j.id for j in order])
+    got = 0.0
+    for j in order:
+        share = alloc[j.id]
+        assert share.accum_steps == math.ceil(share.batch / (share.gpus * j.profile.max_batch_per_gpu))
+        g = own_goodput(j, share.gpus, noise_of[j.id], share.batch)
+        assert g == pytest.approx(own_best(j, share.gpus, noise_of[j.id]), rel=1e-9)  # best batch for its count
+        got += term(g / own_best(j, 1, noise_of[j.id]), p)
+    assert got == pytest.approx(optimum, rel=1e-9, abs=1e-9)
+
+
+def test_negative_p_shares_gpus_more_evenly_than_total_goodput():
+    """A near-linear job and one whose goodput gains little per GPU: p = 1 feeds the scalable one,
+    lower p moves GPUs to the job with the smaller speedup (a count, checked monotone)."""
+    fast = make_job("fast", make_profile("a", num_params=1_000_000, rate=RATE), workload="a", min_batch=64, max_batch=2048, max_gpus=8)
+    slow = make_job("slow", make_profile("b", num_params=10_000_000, rate=RATE), workload="b", min_batch=64, max_batch=512, max_gpus=8)
+    noise = {"a": NoiseTrajectory.constant(1e5), "b": NoiseTrajectory.constant(200.0)}
+    snap = ClusterSnapshot(0.0, 8, queued=(fast, slow))
+    slow_gpus = [make_policy("goodput_dp", noise=noise, p=p).allocate(snap)["slow"].gpus for p in (1.0, 0.0, -1.0, -5.0)]
+    assert slow_gpus == sorted(slow_gpus) and slow_gpus[0] == 1 and slow_gpus[-1] >= 4
+    with pytest.raises(ValueError, match="goodput_dp.p"):
+        make_policy("goodput_dp", p=float("nan"))
+
+
+def test_a_reported_noise_scale_overrides_the_trajectory():
+    """The trainer's estimate (RunningJob.noise_scale) decides the batch: tiny B_noise -> the base batch."""
+    job = make_job("r", make_profile("a", rate=RATE, overhead_s=OVERHEAD), workload="a", min_batch=32, max_batch=512, max_gpus=1)
+    trajectory = {"a": NoiseTrajectory.constant(1e9)}  # says: any batch is free
+    policy = make_policy("goodput_dp", noise=trajectory)
+    free = policy.allocate(ClusterSnapshot(0.0, 1, running=(RunningJob(job, None, 0.0),)))
+    noisy = policy.allocate(ClusterSnapshot(0.0, 1, running=(RunningJob(job, None, 0.0, noise_scale=1.0),)))
+    best_free = max(range(32, 513), key=lambda b: own_goodput(job, 1, 1e9, b))
+    best_noisy = max(range(32, 513), key=lambda b: own_goodput(job, 1, 1.0, b))
+    assert (free["r"].batch, noisy["r"].batch) == (best_free, best_noisy)
+    assert best_noisy < best_free
+    with pytest.raises(ValueError, match="noise_scale"):
+        RunningJob(job, None, 0.0, noise_scale=-1.0)
