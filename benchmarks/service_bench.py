@@ -1,0 +1,269 @@
+"""The scheduler service: submission latency, store throughput, decision time, crash recovery.
+
+* ``submit_to_running_p50_s`` / ``_p95_s``: an embedded service (2 virtual GPU workers, react
+  to events, poll 0.2 s) gets ``--latency-jobs`` small jobs, one after the other on an idle
+  cluster; per job, from the client's submit call returning to the job's START generation
+  applied (its ranks started, process group formed, state in place: the moment its first
+  training step begins), nothing subtracted.
+* ``submissions_per_s``: ``--submissions`` jobs through ``ServiceClient.submit`` into an empty
+  sqlite store, one transaction each, one client; ``submissions_per_s_postgres`` the same on
+  the PostgreSQL server at 127.0.0.1:5432 when it answers.
+* ``decision_ms_1000_queued``: one decision of the loop (admission + ``elastic_dp``) with 1000
+  queued jobs on 64 GPUs, median of 5; ``poll_ms_1000_queued``: the service reading and
+  parsing those 1000 submissions from the store.
+* ``recovery_s``: ``kill -9`` of a ``malleable serve`` process running 2 jobs -> a new
+  service process (cluster start included) has both running again; split into
+  ``recovery_to_serving_s`` (process start, lease, fencing the orphaned cluster, new cluster)
+  and the rest (resuming from the checkpoints). ``jobs_lost`` / ``jobs_duplicated``: of the
+  jobs of that run, how many never finished / finished or started more than once per
+  service attempt.
+
+Usage: ``python benchmarks/service_bench.py [--latency-jobs 8] [--submissions 2000]``.
+The last printed line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from allocator.admission import OverflowMode, reallocate  # noqa: E402
+from allocator.policies import make_policy  # noqa: E402
+from allocator.profile_io import profile_from_dict  # noqa: E402
+from allocator.types import ClusterSnapshot  # noqa: E402
+from service.client import ServiceClient  # noqa: E402
+from service.feed import StoreFeed  # noqa: E402
+from service.jobspec import validate_entry  # noqa: E402
+from service.records import JobState  # noqa: E402
+from service.store import JobStore  # noqa: E402
+
+PROFILE = {
+    "workload": "mlp_tiny", "hardware": "bench", "num_params": 6532, "batch_sizes": [8, 16, 32, 64],
+    "iter_times_s": [0.004, 0.006, 0.010, 0.018], "max_batch_per_gpu": 64,
+    "allreduce": {"latency_s": 0.0005, "seconds_per_param": 1e-9},
+}  # fmt: skip
+
+
+def entry(name: str, samples: int, **kw) -> dict:
+    e = {"id": name, "workload": "mlp_tiny", "profile": PROFILE, "samples": samples, "min_batch": 32, "max_batch": 128, "max_gpus": 2}
+    e.update(kw)
+    return e
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def submit_latency(n_jobs: int, workdir: Path) -> list[float]:
+    from deploy.clusters import connect
+    from service.runner import Service, ServiceConfig
+
+    url = f"sqlite:///{workdir / 'latency.db'}"
+    config = ServiceConfig(store_url=url, checkpoint_root=str(workdir / "ckpt"), interval_s=60.0, react=True, poll_s=0.2, checkpoint_every=100)
+    service = Service(config, say=lambda _l: None)
+    service.acquire()
+    latencies = []
+    with connect("local", workers=2) as dask:
+        thread = threading.Thread(target=service.run, args=(dask,), kwargs={"cluster_owned": False}, daemon=True)
+        thread.start()
+        client = ServiceClient(service.store, submitter="bench")
+        time.sleep(3.0)  # the service takes up its first poll; the workers import the trainer
+        for i in range(n_jobs + 1):
+            job = client.submit(entry(f"lat{i}", 4000))
+            t_submit = time.time()
+            rows = client.wait([job.job_id], timeout_s=120, poll_s=0.05)
+            assert rows[0].state is JobState.FINISHED, rows[0]
+            start = next(a.time for a in service.store.allocations(job.job_id) if a.kind == "start")
+            if i > 0:  # the first job also builds the recipe on each worker: reported apart
+                latencies.append(start - t_submit)
+            else:
+                print(f"first job on fresh workers: {start - t_submit:.2f} s submit -> running")
+        service.stop()
+        thread.join(timeout=60)
+    return latencies
+
+
+def submissions_per_s(url: str, n: int) -> float:
+    client = ServiceClient(JobStore(url), submitter="bench")
+    e = entry("s", 1000)
+    t0 = time.perf_counter()
+    for i in range(n):
+        client.submit(e, name=f"s{i}")
+    return n / (time.perf_counter() - t0)
+
+
+def postgres_url() -> str | None:
+    import sqlalchemy
+
+    admin = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+    name = f"malleable_bench_{os.getpid()}"
+    try:
+        engine = sqlalchemy.create_engine(admin, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 3})
+        with engine.connect() as conn:
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name}")
+            conn.exec_driver_sql(f"CREATE DATABASE {name}")
+        engine.dispose()
+    except Exception as exc:  # noqa: BLE001
+        print(f"PostgreSQL not reachable ({type(exc).__name__}): skipped")
+        return None
+    return admin.rsplit("/", 1)[0] + "/" + name
+
+
+def drop_postgres(url: str) -> None:
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(url.rsplit("/", 1)[0] + "/test", isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {url.rsplit('/', 1)[1]} WITH (FORCE)")
+    engine.dispose()
+
+
+def decision_ms(workdir: Path) -> tuple[float, float]:
+    url = f"sqlite:///{workdir / 'queue.db'}"
+    store = JobStore(url)
+    client = ServiceClient(store, submitter="bench")
+    for i in range(1000):
+        client.submit(entry(f"q{i}", 100_000, max_gpus=8, max_batch=512), name=f"q{i}")
+    polls = []
+    for _ in range(5):
+        feed = StoreFeed(store, threading.Event(), poll_s=0.2)
+        t0 = time.perf_counter()
+        arrivals = feed.poll(0.0)
+        polls.append((time.perf_counter() - t0) * 1000)
+    assert len(arrivals.jobs) == 1000
+    policy = make_policy("elastic_dp")
+    snapshot = ClusterSnapshot(time=0.0, capacity=64, queued=arrivals.jobs)
+    decisions = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        reallocate(snapshot, policy, OverflowMode.QUEUE, False)
+        decisions.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(decisions), statistics.median(polls)
+
+
+class Serve:
+    def __init__(self, cwd: Path, env: dict) -> None:
+        self.lines: list[tuple[float, str]] = []
+        self.proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "serve"], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append((time.time(), line.rstrip()))
+
+    def when(self, text: str, timeout: float = 180.0) -> float:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for t, line in self.lines:
+                if text in line:
+                    return t
+            time.sleep(0.05)
+        raise TimeoutError(f"service never printed {text!r}: {[l for _, l in self.lines][-10:]}")
+
+    def kill_group(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def recovery(workdir: Path) -> dict[str, float]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLEABLE_")}
+    env.update(
+        PYTHONPATH=str(REPO), MALLEABLE_STATE_DIR=str(workdir / "state"), MALLEABLE_WORKERS="2", MALLEABLE_CHECKPOINT_EVERY="50",
+        PREFECT_HOME=str(workdir / "prefect"),
+    )  # fmt: skip
+    url = f"sqlite:///{(workdir / 'state' / 'jobs.db').resolve()}"
+    store = JobStore(url)
+    client = ServiceClient(store, submitter="bench")
+    ids = [client.submit(entry(f"r{i}", 1_200_000, max_gpus=1)).job_id for i in range(2)]
+    first = Serve(workdir, env)
+    services = [first]
+    try:
+        deadline = time.monotonic() + 180
+        while not all(store.job(j).samples_done > 40_000 for j in ids):
+            if time.monotonic() > deadline:
+                raise TimeoutError("jobs made no progress before the crash")
+            time.sleep(0.2)
+        first.proc.kill()
+        t_kill = time.time()
+        first.proc.wait()
+        second = Serve(workdir, env)
+        services.append(second)
+        t_serving = second.when("serving")
+        while not all(any(a.kind == "start" and a.time > t_kill for a in store.allocations(j)) for j in ids):
+            if time.monotonic() > deadline + 180:
+                raise TimeoutError("jobs did not resume")
+            time.sleep(0.05)
+        t_running = max(a.time for j in ids for a in store.allocations(j) if a.kind == "start")
+        rows = client.wait(ids, timeout_s=300)
+        starts = {j: sum(1 for a in store.allocations(j) if a.kind == "start") for j in ids}
+        second.proc.send_signal(signal.SIGTERM)
+        second.proc.wait(timeout=60)
+    finally:
+        for s in services:
+            s.kill_group()
+    lost = sum(1 for r in rows if r.state is not JobState.FINISHED)
+    duplicated = sum(1 for j in ids if starts[j] != 2) + sum(1 for r in rows if r.attempts != 2)
+    return {
+        "recovery_s": round(t_running - t_kill, 2),
+        "recovery_to_serving_s": round(t_serving - t_kill, 2),
+        "recovery_resume_s": round(t_running - t_serving, 2),
+        "jobs_lost": lost,
+        "jobs_duplicated": duplicated,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--latency-jobs", type=int, default=8)
+    parser.add_argument("--submissions", type=int, default=2000)
+    args = parser.parse_args()
+    validate_entry(entry("check", 1000))
+    profile_from_dict(PROFILE)
+    out: dict[str, float | int | None] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        rate = submissions_per_s(f"sqlite:///{work / 'submit.db'}", args.submissions)
+        out["submissions_per_s"] = round(rate, 1)
+        print(f"submissions into sqlite: {rate:.0f}/s ({args.submissions} one-transaction submits)")
+        pg = postgres_url()
+        if pg is not None:
+            try:
+                out["submissions_per_s_postgres"] = round(submissions_per_s(pg, args.submissions), 1)
+                print(f"submissions into PostgreSQL: {out['submissions_per_s_postgres']:.0f}/s")
+            finally:
+                drop_postgres(pg)
+        decision, poll = decision_ms(work)
+        out["decision_ms_1000_queued"] = round(decision, 2)
+        out["poll_ms_1000_queued"] = round(poll, 2)
+        print(f"one decision with 1000 queued jobs on 64 GPUs: {decision:.1f} ms; reading them from the store: {poll:.1f} ms")
+        lat = submit_latency(args.latency_jobs, work)
+        out["submit_to_running_p50_s"] = round(statistics.median(lat), 3)
+        out["submit_to_running_p95_s"] = round(pct(lat, 0.95), 3)
+        out["submit_to_running_max_s"] = round(max(lat), 3)
+        print(f"submit -> running over {len(lat)} jobs: p50 {out['submit_to_running_p50_s']} s, p95 {out['submit_to_running_p95_s']} s")
+        rec = recovery(work)
+        out.update(rec)
+        print(
+            f"kill -9 -> all jobs running again: {rec['recovery_s']} s ({rec['recovery_to_serving_s']} s to a serving process with a new "
+            f"cluster, {rec['recovery_resume_s']} s to resume from checkpoints); lost {rec['jobs_lost']}, duplicated {rec['jobs_duplicated']}"
+        )
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
