@@ -80,6 +80,7 @@ class JobResult:
     ranks: tuple[RankResult, ...]
     eval_loss: float | None
     eval_accuracy: float | None
+    eval_metrics: tuple[tuple[str, float], ...] = ()  # the recipe's own eval metrics (name, mean)
 
     @property
     def final_loss(self) -> float | None:
@@ -334,6 +335,7 @@ class JobCoordinator:
             ranks=tuple(results),
             eval_loss=final.eval.loss if final and final.eval else None,
             eval_accuracy=final.eval.accuracy if final and final.eval else None,
+            eval_metrics=final.eval.metrics if final and final.eval else (),
         )
 
     def close(self) -> None:

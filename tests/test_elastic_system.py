@@ -294,3 +294,31 @@ def test_warm_up_prepares_the_scheduler_to_unpickle_rank_tasks():
         assert not sub.run_on_scheduler(trainer_imported)
         warm_up(sub, ENTRY)
         assert sub.run_on_scheduler(trainer_imported)
+
+
+@pytest.mark.parametrize("entry", ["elastic_tasks.examples.recipes:mlp_tiny_adam", "elastic_tasks.examples.recipes:mlp_tiny_adamw"])
+def test_adam_jobs_grow_and_shrink_in_place_on_the_fixed_run_curve(client, entry):
+    # Adam/AdamW carry per-parameter moments and a `step` tensor: a joiner must receive all three
+    # (grouped by device and dtype) or its first update differs from the survivors' at once.
+    steps = 24
+
+    def run(name, rescales, delays=None):
+        client.wait_for_workers(3, timeout=60)
+        config = TrainConfig(global_batch=BATCH, max_steps=steps, timeout_s=20.0)
+        job = JobCoordinator(client, WorkerPool(client), f"{name}-{time.monotonic_ns()}", entry, config, delays=delays)
+        job.start(2)
+        outcomes = [job.rescale(gpus, at_step=at) for at, gpus in rescales]
+        return job.wait(120), outcomes
+
+    fixed, _ = run("adam-ref", [])
+    elastic, (grow, shrink) = run("adam-elastic", [(8, 3), (16, 2)], delays={i: 0.03 for i in range(3)})
+    assert (grow.before, grow.after, grow.step, grow.kind) == (2, 3, 8, PlanKind.RESCALE)
+    assert (shrink.before, shrink.after, shrink.step) == (3, 2, 16)
+    worlds = [h.world_size for h in elastic.history]
+    assert worlds == [2] * 8 + [3] * 8 + [2] * 8
+    ref = np.array([h.loss for h in fixed.history])
+    got = np.array([h.loss for h in elastic.history])
+    assert len(ref) == len(got) == steps and ref[-4:].mean() < 0.9 * ref[:4].mean()
+    diff = np.abs(got - ref).max()
+    assert diff < LOSS_TOL, f"max |loss difference| {diff:.3g}"
+    assert abs(elastic.eval_loss - fixed.eval_loss) < LOSS_TOL
