@@ -118,4 +118,6 @@ EXAMPLES: dict[str, Callable[[], TrainingRecipe]] = {
     "resnet_10m": resnet_10m,
     "alexnet_10m": alexnet_10m,
     "vgg_10m": vgg_10m,
+    "mlp_tiny_adam": mlp_tiny_adam,
+    "mlp_tiny_adamw": mlp_tiny_adamw,
 }
