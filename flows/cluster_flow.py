@@ -151,7 +151,7 @@ def cluster_flow(
         if on_step is not None:
             on_step(report)
 
-    kube = KubeSpec(namespace=settings.kube_namespace, image=settings.kube_image, workers=settings.workers)
+    kube = KubeSpec(namespace=settings.kube_namespace, image=settings.kube_image, workers=settings.workers, env=settings.worker_env)
     start_ms = int(time.time() * 1000)
     t0 = time.monotonic()
     with connect(settings.cluster.value, workers=settings.workers, address=settings.scheduler_address, kube=kube) as client:

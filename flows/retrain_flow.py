@@ -92,7 +92,7 @@ def save_model_dir(entrypoint: str, checkpoint_dir: Path, out: Path) -> Path:
 
 
 def _kube(settings: Settings, workers: int) -> KubeSpec:
-    return KubeSpec(namespace=settings.kube_namespace, image=settings.kube_image, workers=workers)
+    return KubeSpec(namespace=settings.kube_namespace, image=settings.kube_image, workers=workers, env=settings.worker_env)
 
 
 @flow(name="retrain", log_prints=True)

@@ -46,6 +46,8 @@ class Settings(BaseSettings):
     kube_image: str = Field("malleable:0.1.0", min_length=1, description="Container image of Kubernetes Dask workers.")
     kube_namespace: str = Field("default", min_length=1, description="Kubernetes namespace.")
     tracking_timeout_s: float = Field(5.0, gt=0, description="Seconds before an MLflow request counts as unreachable.")
+    gloo_socket_ifname: str | None = Field(None, description="Network interface gloo binds and connects on in multi-node jobs (GLOO_SOCKET_IFNAME on the workers), e.g. eth0.")
+    nccl_socket_ifname: str | None = Field(None, description="Network interface nccl bootstraps on in multi-node jobs (NCCL_SOCKET_IFNAME on the workers), e.g. eth0 or ib0.")
 
     @field_validator("policy")
     @classmethod
@@ -80,6 +82,15 @@ class Settings(BaseSettings):
     @property
     def profile_cache_dir(self) -> Path:
         return self.state_dir / "profiles"
+
+    @property
+    def worker_env(self) -> dict[str, str]:
+        """Environment the Dask workers that train need from these settings (socket interfaces).
+
+        The same mapping as ``elastic_tasks.devices.socket_env``, kept here so reading settings never imports torch.
+        """
+        pairs = (("GLOO_SOCKET_IFNAME", self.gloo_socket_ifname), ("NCCL_SOCKET_IFNAME", self.nccl_socket_ifname))
+        return {name: value for name, value in pairs if value}
 
 
 def _one_line(exc: ValidationError, given: set[str]) -> str:
