@@ -523,6 +523,7 @@ def cache_key(recipe: TrainingRecipe, settings: ProfileSettings, allreduce: Allr
         "max_batch_per_gpu": settings.max_batch_per_gpu,
         "probe_limit": settings.probe_limit if settings.max_batch_per_gpu is None else None,
         "include_data": settings.include_data,
+        "precision": recipe.precision,  # bf16/fp16 autocast changes every figure
         "allreduce": (
             [allreduce.latency_s, allreduce.seconds_per_param]
             if allreduce is not None
