@@ -43,7 +43,7 @@ class Settings(BaseSettings):
     policy: str = Field("elastic_dp", description="Allocation policy name.")
     interval_s: float = Field(10.0, gt=0, description="Δ: seconds between re-allocations.")
     overflow: OverflowMode = Field(OverflowMode.QUEUE, description="Jobs that do not fit: drop or queue.")
-    kube_image: str = Field("malleable:0.1.0", min_length=1, description="Container image of Kubernetes Dask workers.")
+    kube_image: str = Field("malleable:0.1.0-cuda", min_length=1, description="Container image of Kubernetes Dask workers (GPU pods: the CUDA build).")
     kube_namespace: str = Field("default", min_length=1, description="Kubernetes namespace.")
     tracking_timeout_s: float = Field(5.0, gt=0, description="Seconds before an MLflow request counts as unreachable.")
     gloo_socket_ifname: str | None = Field(None, description="Network interface gloo binds and connects on in multi-node jobs (GLOO_SOCKET_IFNAME on the workers), e.g. eth0.")
