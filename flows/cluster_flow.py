@@ -113,6 +113,7 @@ def _measured(results: dict) -> tuple[dict[str, list[MetricPoint]], dict[str, di
             final["accuracy"] = r.eval_accuracy
         if r.eval_loss is not None:
             final["eval_loss"] = r.eval_loss
+        final.update({f"eval_{name}": value for name, value in r.eval_metrics})  # the recipe's own metrics
         if r.final_loss is not None:
             final["loss"] = r.final_loss
         pauses = [o.pause_s for o in r.rescales[1:] if o.pause_s == o.pause_s]
