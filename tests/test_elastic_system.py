@@ -337,13 +337,14 @@ def test_tiny_lm_rescales_2_3_2_in_place_on_the_fixed_run_curve(client):
         config = TrainConfig(global_batch=batch, max_steps=steps, timeout_s=30.0)
         job = JobCoordinator(client, WorkerPool(client), f"{name}-{time.monotonic_ns()}", entry, config, delays=delays)
         job.start(2)
-        for at, gpus in rescales:
-            job.rescale(gpus, at_step=at)
-        return job.wait(180)
+        outcomes = [job.rescale(gpus, at_step=at) for at, gpus in rescales]
+        return job.wait(180), outcomes
 
-    fixed = run("lm-ref", [])
-    elastic = run("lm-elastic", [(10, 3), (20, 2)], delays={i: 0.05 for i in range(3)})
-    assert [h.world_size for h in elastic.history] == [2] * 10 + [3] * 10 + [2] * 10
+    fixed, _ = run("lm-ref", [])
+    elastic, (grow, shrink) = run("lm-elastic", [(10, 3), (20, 2)], delays={i: 0.06 for i in range(3)})
+    assert 10 <= grow.step < 20 <= shrink.step < steps  # a plan may land a step late under load
+    worlds = [h.world_size for h in elastic.history]
+    assert worlds == [2] * grow.step + [3] * (shrink.step - grow.step) + [2] * (steps - shrink.step)
     ref = np.array([h.loss for h in fixed.history])
     got = np.array([h.loss for h in elastic.history])
     assert ref[0] > 5.0 and ref[-5:].mean() < 0.7 * ref[0]  # from ~ln(256) towards the byte statistics
