@@ -47,7 +47,7 @@ from elastic_tasks.protocol import (
 )
 from elastic_tasks.devices import default_backend, process_group_backend, rank_device
 from elastic_tasks.evaluate import evaluate
-from elastic_tasks.loader import rank_loader
+from elastic_tasks.loader import RankLoader
 from elastic_tasks.recipe import TrainingRecipe, load_entry_point, to_device
 from elastic_tasks.scaling import accumulation_steps, initial_lr, micro_batches, rescale_lr
 from elastic_tasks.sharding import EpochSampler, rank_slice
@@ -117,10 +117,11 @@ class _Rank:
         optimizer = self.recipe.make_optimizer(model.parameters(), lr.at(0))
         meta = TrainMeta(step=0, samples_seen=0, global_batch=self.config.global_batch, lr=lr, rng_state=b"")
         self.state = ElasticState(model, optimizer, meta, steps.make_scaler(self.recipe.precision, self.device))
-        self.batches: Iterator[object] | None = None  # this generation's DataLoader, from the stream position it began at
+        self.batches: Iterator[object] | None = None  # this generation's share, from the stream position it began at
         self._lr = lr.at(0)
         self.state.capture_rng()
         self.sampler = EpochSampler(len(self.recipe.dataset), self.config.seed)  # type: ignore[arg-type]
+        self.loader = RankLoader(self.recipe, self.sampler)  # one per rank; loader workers outlive generations
         self.detector = StragglerDetector(self.config.straggler_alpha, self.config.straggler_threshold)
         self.courier = _Courier(board)
         self.plan: Plan | None = None
@@ -222,8 +223,7 @@ class _Rank:
         """A DataLoader over this generation's share of the stream, from the position all ranks agree on."""
         meta = self.state.meta
         accum = accumulation_steps(meta.global_batch, self.world, self.config.max_batch_per_gpu)
-        loader = rank_loader(self.recipe, self.sampler, meta.samples_seen, meta.global_batch, self.world, self.rank, accum)
-        self.batches = iter(loader)
+        self.batches = self.loader.start(meta.samples_seen, meta.global_batch, self.world, self.rank, accum)
 
     def _drop_group(self) -> None:
         self.ddp = None

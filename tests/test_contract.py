@@ -15,7 +15,7 @@ from torch.utils.data import Dataset
 
 from elastic_tasks import step as steps
 from elastic_tasks.examples import tiny_lm
-from elastic_tasks.loader import rank_loader
+from elastic_tasks.loader import RankLoader, rank_loader
 from elastic_tasks.preflight import RecipeCheckError, check_recipe
 from elastic_tasks.recipe import EntryPointError, LoaderOptions, TrainingRecipe, load_entry_point, to_device
 from elastic_tasks.scaling import LRRamp, accumulation_steps, micro_batches
@@ -51,15 +51,17 @@ def _recipe(dataset: Dataset, **kw) -> TrainingRecipe:
 @pytest.mark.parametrize("options", [LoaderOptions(), LoaderOptions(num_workers=2, pin_memory=False, prefetch_factor=3)])
 def test_rank_loaders_across_mid_epoch_rescales_neither_repeat_nor_skip_a_sample(options):
     # 2 ranks for 7 steps, 3 ranks (memory cap -> accumulation) for 5, then 1 rank for 9: the
-    # switches fall mid-epoch; each generation's loaders are dropped with whatever they prefetched.
+    # switches fall mid-epoch. Each rank keeps its loader (and its worker processes) across
+    # generations, as a surviving rank does; what it prefetched for the old share is discarded.
     n, batch = 97, 10
     recipe = _recipe(Indexed(n), loader=options)
     sampler = EpochSampler(n, seed=4)
+    loaders: dict[int, RankLoader] = {}
     delivered: list[int] = []
     seen = 0
     for world, n_steps, cap in [(2, 7, None), (3, 5, 2), (1, 9, None)]:
         accum = accumulation_steps(batch, world, cap)
-        iters = [iter(rank_loader(recipe, sampler, seen, batch, world, r, accum)) for r in range(world)]
+        iters = [loaders.setdefault(r, RankLoader(recipe, sampler)).start(seen, batch, world, r, accum) for r in range(world)]
         for _ in range(n_steps):
             for r in range(world):
                 lo, hi = rank_slice(batch, world, r)
@@ -73,6 +75,9 @@ def test_rank_loaders_across_mid_epoch_rescales_neither_repeat_nor_skip_a_sample
     assert len(delivered) == 21 * batch
     assert sorted(delivered[:n]) == list(range(n)) and sorted(delivered[n : 2 * n]) == list(range(n))
     assert len(set(delivered[2 * n :])) == len(delivered) - 2 * n
+    # A one-off iterator (scripts) reads the same stream.
+    first = next(rank_loader(recipe, sampler, 0, batch, 2, 0, 1))
+    assert first["index"].tolist() == delivered[:5]
 
 
 @pytest.mark.parametrize(
