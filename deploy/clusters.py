@@ -73,7 +73,7 @@ class KubeSpec:
 
     name: str = "malleable"
     namespace: str = "default"
-    image: str = "malleable:0.1.0"
+    image: str = "malleable:0.1.0-cuda"  # worker pods request GPUs: the CUDA build (deploy/Dockerfile)
     workers: int = 4
     gpus_per_worker: int = 1
     cpu: str = "4"
@@ -108,14 +108,7 @@ def kube_cluster_spec(spec: KubeSpec) -> dict:
     cluster = copy.deepcopy(make_cluster_spec(name=spec.name, image=spec.image, n_workers=spec.workers, env=env or None))
     cluster["metadata"]["namespace"] = spec.namespace
     worker = cluster["spec"]["worker"]["spec"]["containers"][0]
-    # One Dask worker per GPU: the scheduler sees GPU=N and places one rank per GPU.
-    worker["args"] = [
-        "dask", "worker",
-        "--nthreads", "1",
-        "--resources", f"{GPU_RESOURCE}={spec.gpus_per_worker}",
-        "--name", "$(DASK_WORKER_NAME)",
-        "--dashboard", "--dashboard-address", "8788",
-    ]  # fmt: skip
+    worker["args"] = gpu_worker_args(spec.gpus_per_worker)
     worker["resources"] = {
         "limits": {K8S_GPU: spec.gpus_per_worker, "cpu": spec.cpu, "memory": spec.memory},
         "requests": {K8S_GPU: spec.gpus_per_worker, "cpu": spec.cpu, "memory": spec.memory},
@@ -125,6 +118,26 @@ def kube_cluster_spec(spec: KubeSpec) -> dict:
     pod["tolerations"] = [{"key": K8S_GPU, "operator": "Exists", "effect": "NoSchedule"}]
     _non_root(cluster["spec"]["scheduler"]["spec"]["containers"][0])
     return cluster
+
+
+def gpu_worker_args(gpus_per_pod: int) -> list[str]:
+    """The worker pod's command: one Dask worker, hence one rank, per GPU of the pod.
+
+    One GPU: a plain ``dask worker`` with ``GPU=1``. More: ``dask cuda worker`` (dask-cuda, the
+    image's ``[gpu]`` extra) starts one worker process per GPU, each seeing its own device
+    first (``CUDA_VISIBLE_DEVICES`` rotated) and each advertising ``GPU=1``, so ranks per pod
+    equal GPUs per pod. A single ``dask worker`` advertising ``GPU=N`` would run one rank and
+    leave N-1 GPUs idle.
+    """
+    if gpus_per_pod == 1:
+        return [
+            "dask", "worker", "--nthreads", "1", "--resources", f"{GPU_RESOURCE}=1",
+            "--name", "$(DASK_WORKER_NAME)", "--dashboard", "--dashboard-address", "8788",
+        ]  # fmt: skip
+    return [
+        "dask", "cuda", "worker", "--nthreads", "1", "--resources", f"{GPU_RESOURCE}=1",
+        "--name", "$(DASK_WORKER_NAME)", "--dashboard-address", "8788",
+    ]  # fmt: skip
 
 
 def kubernetes_cluster(spec: KubeSpec):  # pragma: no cover - needs a Kubernetes cluster with the Dask operator

@@ -1,17 +1,27 @@
 """Worker groups: one Dask worker per GPU, each advertising the resource ``GPU=1``.
 
-On CPU the GPU is virtual: the resource only makes Dask place one rank per worker.
+On CPU the GPU is virtual: the resource only makes Dask place one rank per worker. Where
+CUDA is present each worker sees its own GPU first (``CUDA_VISIBLE_DEVICES`` rotated per
+worker): through dask-cuda's ``LocalCUDACluster`` when the ``[gpu]`` extra is installed,
+else through the same rotation on a plain ``SpecCluster`` (``devices.cuda_worker_env``).
 Clusters are built inside functions (never at import) so spawned workers can import us.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import dask
-from distributed import Client, LocalCluster
+from distributed import Client, LocalCluster, Nanny, Scheduler, SpecCluster
 from distributed.diagnostics.plugin import WorkerPlugin
+from distributed.comm import get_address_host
+
+from elastic_tasks.devices import cuda_worker_env, loopback_warning
+
+log = logging.getLogger(__name__)
 
 # Dask's nanny starts workers with MALLOC_TRIM_THRESHOLD_=65536 (to hand memory back), which
 # also switches off glibc's dynamic mmap threshold: every large tensor a training step
@@ -26,12 +36,25 @@ def training_worker_config() -> dict:
     return {"distributed": {"nanny": {"pre-spawn-environ": dict(TRAINING_WORKER_ENV)}}}
 
 
-def local_gpu_cluster(n_workers: int, *, threads_per_worker: int = 1, memory_limit: str | int | None = 0) -> LocalCluster:
-    """A process-per-worker LocalCluster with ``GPU=1`` on every worker."""
+def _worker_config(extra_env: dict[str, str] | None) -> dict:
+    environ = {**dask.config.get("distributed.nanny.pre-spawn-environ", {}), **TRAINING_WORKER_ENV, **(extra_env or {})}
+    # Non-daemonic worker processes: a recipe's DataLoader may start worker processes of its own.
+    return {"distributed.nanny.pre-spawn-environ": environ, "distributed.worker.daemon": False}
+
+
+def local_gpu_cluster(
+    n_workers: int, *, threads_per_worker: int = 1, memory_limit: str | int | None = 0, env: dict[str, str] | None = None
+) -> LocalCluster | SpecCluster:
+    """A process-per-worker cluster with ``GPU=1`` on every worker: one per real GPU where CUDA is present.
+
+    ``env`` is set in every worker (e.g. ``GLOO_SOCKET_IFNAME``, ``devices.socket_env``).
+    """
     if not (isinstance(n_workers, int) and n_workers >= 1):
         raise ValueError(f"n_workers={n_workers!r}: must be a positive integer")
-    environ = {**dask.config.get("distributed.nanny.pre-spawn-environ", {}), **TRAINING_WORKER_ENV}
-    with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}):
+    visible = visible_cuda_devices()
+    if visible:
+        return local_cuda_cluster(n_workers, visible, threads_per_worker=threads_per_worker, memory_limit=memory_limit, env=env)
+    with dask.config.set(_worker_config(env)):
         return LocalCluster(
             n_workers=n_workers,
             threads_per_worker=threads_per_worker,
@@ -43,6 +66,63 @@ def local_gpu_cluster(n_workers: int, *, threads_per_worker: int = 1, memory_lim
         )
 
 
+def visible_cuda_devices() -> list[str]:
+    """The GPUs this process may hand to workers ([] without CUDA: virtual GPUs)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed:
+        return [d for d in listed.split(",") if d.strip()]
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def local_cuda_cluster(
+    n_workers: int, visible: list[str], *, threads_per_worker: int = 1, memory_limit: str | int | None = 0, env: dict[str, str] | None = None
+) -> SpecCluster:
+    """One worker per GPU, each started seeing its own device first; dask-cuda's when installed."""
+    worker_envs = cuda_worker_env(visible, n_workers)  # raises, naming n_workers, if GPUs are short
+    with dask.config.set(_worker_config(env)):
+        try:
+            from dask_cuda import LocalCUDACluster  # the [gpu] extra; imported only where CUDA is present
+        except ImportError:
+            return cuda_spec_cluster(worker_envs, threads_per_worker=threads_per_worker, memory_limit=memory_limit)
+        return LocalCUDACluster(
+            n_workers=n_workers,
+            CUDA_VISIBLE_DEVICES=",".join(visible),
+            threads_per_worker=threads_per_worker,
+            resources={"GPU": 1},
+            memory_limit=memory_limit,
+            dashboard_address=":0",
+            silence_logs=40,
+        )
+
+
+def cuda_spec_cluster(worker_envs: list[dict[str, str]], *, threads_per_worker: int = 1, memory_limit: str | int | None = 0) -> SpecCluster:
+    """The rotation without dask-cuda: worker i's nanny starts it with ``worker_envs[i]``.
+
+    Usable (and tested) on a CPU machine: the environment is all it sets.
+    """
+    workers = {
+        f"gpu-{i}": {
+            "cls": Nanny,
+            "options": {"nthreads": threads_per_worker, "resources": {"GPU": 1}, "memory_limit": memory_limit, "env": dict(e), "silence_logs": 40},
+        }
+        for i, e in enumerate(worker_envs)
+    }
+    scheduler = {"cls": Scheduler, "options": {"dashboard_address": ":0"}}
+    return SpecCluster(workers=workers, scheduler=scheduler, silence_logs=40)
+
+
+def check_worker_hosts(client: Client) -> str | None:
+    """Log (and return) a warning when GPU workers span hosts and one host name resolves to loopback."""
+    warning = loopback_warning(get_address_host(addr) for addr in gpu_workers(client))
+    if warning:
+        log.warning(warning)
+    return warning
+
+
 def warm_up(client: Client, entrypoint: str, workers: list[str] | None = None) -> None:
     """Import torch and build the recipe on the workers (default: all), so a rank started later joins fast.
 
@@ -50,6 +130,7 @@ def warm_up(client: Client, entrypoint: str, workers: list[str] | None = None) -
     rank task would otherwise make it import torch while the job's start waits (measured:
     the first job's plan publish took 1.3-1.9 s, later ones 0.01 s).
     """
+    check_worker_hosts(client)
     client.run(_warm, entrypoint, workers=workers)
     client.run_on_scheduler(_import_trainer)
 

@@ -81,6 +81,7 @@ class JobResult:
     ranks: tuple[RankResult, ...]
     eval_loss: float | None
     eval_accuracy: float | None
+    eval_metrics: tuple[tuple[str, float], ...] = ()  # the recipe's own eval metrics (name, mean)
 
     @property
     def final_loss(self) -> float | None:
@@ -381,6 +382,7 @@ class JobCoordinator:
             ranks=tuple(results),
             eval_loss=final.eval.loss if final and final.eval else None,
             eval_accuracy=final.eval.accuracy if final and final.eval else None,
+            eval_metrics=final.eval.metrics if final and final.eval else (),
         )
 
     def close(self) -> None:

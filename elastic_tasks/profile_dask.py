@@ -11,11 +11,13 @@ once per cluster, not per job — ``profiler.measure_allreduce`` from the client
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from distributed import Client, Future
 
 from allocator.types import AllreduceModel
+from elastic_tasks.devices import default_backend
 from elastic_tasks.profile_cache import ProfileCache
 from elastic_tasks.profiler import ProfileReport, ProfileSettings, profile_cached
 from elastic_tasks.recipe import load_entry_point
@@ -30,7 +32,19 @@ def profile_entry_point(
     """What the worker runs: load, then profile behind the cache (idempotent: a re-run hits it)."""
     recipe = load_entry_point(entrypoint)
     cache = None if cache_dir is None else ProfileCache(Path(cache_dir))
-    return profile_cached(recipe, settings, cache, allreduce=allreduce)
+    return profile_cached(recipe, as_ranks_run(settings), cache, allreduce=allreduce)
+
+
+def as_ranks_run(settings: ProfileSettings, threads: int = 1) -> ProfileSettings:
+    """The settings a rank on this worker would train with: its device and its intra-op threads.
+
+    The client may have no GPU (it cannot even name ``cuda`` in settings it builds); a rank
+    on a GPU worker trains on ``cuda:0`` of its view (``devices.rank_device``) with
+    ``TrainConfig.torch_threads`` threads, so the profile measures that. An explicit thread
+    count in ``settings`` wins.
+    """
+    device = "cuda:0" if default_backend() == "nccl" else settings.device
+    return dataclasses.replace(settings, device=device, threads=settings.threads or threads)
 
 
 def submit_profile(

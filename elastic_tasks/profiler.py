@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -37,7 +38,8 @@ from torch import nn
 from allocator.throughput import fit_allreduce
 from allocator.types import AllreduceModel, ThroughputProfile
 from elastic_tasks.profile_cache import ProfileCache, ProfileKey
-from elastic_tasks.recipe import TrainingRecipe, collate
+from elastic_tasks.recipe import TrainingRecipe, to_device
+from elastic_tasks.step import autocast
 
 
 class ProfilerError(RuntimeError):
@@ -178,10 +180,10 @@ def trainable_params(model: nn.Module) -> int:
 # --------------------------------------------------------------------------- compute
 
 
-def _sample_batch(recipe: TrainingRecipe, batch: int, device: torch.device, start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """``batch`` samples from index ``start`` (cycling a small data set), stacked on ``device``."""
+def _sample_batch(recipe: TrainingRecipe, batch: int, device: torch.device, start: int = 0) -> Any:
+    """``batch`` samples from index ``start`` (cycling a small data set), collated as a rank does, on ``device``."""
     n = len(recipe.dataset)  # type: ignore[arg-type]
-    return collate(recipe.dataset, ((start + i) % n for i in range(batch)), device)
+    return to_device(recipe.collate([recipe.dataset[(start + i) % n] for i in range(batch)]), device)
 
 
 class _Stepper:
@@ -195,22 +197,23 @@ class _Stepper:
         self._cursor = 0  # where the next fresh batch starts, so no two steps reuse one
         self.model = recipe.build_model().to(device).train()
         self.optimizer = recipe.make_optimizer(self.model.parameters(), recipe.base_lr)
-        self._batches: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._batches: dict[int, Any] = {}
 
-    def batch(self, b: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def batch(self, b: int) -> Any:
         if b not in self._batches:
             self._batches = {b: _sample_batch(self.recipe, b, self.device)}  # hold one size at a time
         return self._batches[b]
 
     def step(self, b: int) -> None:
         if self.include_data:
-            x, y = _sample_batch(self.recipe, b, self.device, self._cursor)
+            data = _sample_batch(self.recipe, b, self.device, self._cursor)
             self._cursor += b
         else:
-            x, y = self.batch(b)
+            data = self.batch(b)
         self.optimizer.zero_grad(set_to_none=True)
-        loss = self.recipe.loss_fn(self.model(x), y)
-        loss.backward()
+        with autocast(self.recipe.precision, self.device):  # the precision the ranks train in
+            loss, _ = self.recipe.loss(self.model, data)
+        loss.float().backward()
         self.optimizer.step()
 
     def sync(self) -> None:
@@ -520,6 +523,7 @@ def cache_key(recipe: TrainingRecipe, settings: ProfileSettings, allreduce: Allr
         "max_batch_per_gpu": settings.max_batch_per_gpu,
         "probe_limit": settings.probe_limit if settings.max_batch_per_gpu is None else None,
         "include_data": settings.include_data,
+        "precision": recipe.precision,  # bf16/fp16 autocast changes every figure
         "allreduce": (
             [allreduce.latency_s, allreduce.seconds_per_param]
             if allreduce is not None

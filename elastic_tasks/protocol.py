@@ -168,8 +168,9 @@ class SwitchRecord:
 @dataclass(frozen=True, slots=True)
 class EvalResult:
     loss: float
-    accuracy: float
+    accuracy: float | None  # None: the recipe's batches are not (x, y) classification
     samples: int
+    metrics: tuple[tuple[str, float], ...] = ()  # the recipe's eval_metrics, sample-weighted means
 
 
 @dataclass(frozen=True, slots=True)

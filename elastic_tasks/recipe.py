@@ -2,18 +2,44 @@
 
 An entry point is ``package.module:function``; calling the function (no arguments) returns
 a ``TrainingRecipe``. The system owns sharding, batch size, learning rate and world size;
-the recipe says only what to train and how to build the optimizer for a given LR.
+the recipe says what to train and how: the optimizer for a given LR, and optionally a step
+hook for any batch structure, a collate function, DataLoader options, mixed precision,
+gradient clipping, an LR schedule (a factor on top of the batch-scaled LR) and eval metrics.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+import math
+import os
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, default_collate
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+@dataclass(frozen=True, slots=True)
+class LoaderOptions:
+    """How each rank's DataLoader reads: worker processes, pinned memory, batches prefetched per worker."""
+
+    num_workers: int = 0
+    pin_memory: bool = False
+    prefetch_factor: int | None = None
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.num_workers, int) and self.num_workers >= 0):
+            raise ValueError(f"LoaderOptions.num_workers={self.num_workers!r}: must be an integer >= 0")
+        if self.prefetch_factor is not None:
+            if not (isinstance(self.prefetch_factor, int) and self.prefetch_factor >= 1):
+                raise ValueError(f"LoaderOptions.prefetch_factor={self.prefetch_factor!r}: must be an integer >= 1")
+            if self.num_workers == 0:
+                raise ValueError(f"LoaderOptions.prefetch_factor={self.prefetch_factor!r}: needs num_workers >= 1")
 
 
 @dataclass(frozen=True)
@@ -23,16 +49,30 @@ class TrainingRecipe:
     ``base_lr`` is the learning rate that suits ``base_batch``; hybrid scaling moves the LR
     from there as the global batch changes. ``dataset`` must be map-style and
     deterministic (index -> same sample on every process), because ranks shard it by index.
+
+    Two ways to say what a step computes: ``loss_fn(model(x), y)`` on ``(x, y)`` batches (the
+    original contract), or ``step_fn(model, batch) -> mean loss`` for any batch structure
+    (dicts, tuples, tensors) that ``collate_fn`` (default: torch's ``default_collate``)
+    builds. ``lr_schedule(samples_seen) -> factor`` multiplies the batch-scaled LR, so the
+    schedule follows training progress while the system keeps scaling by batch.
+    ``eval_metrics(model, batch) -> {name: mean}`` adds metrics to the final evaluation.
     """
 
     name: str
     build_model: Callable[[], nn.Module]
     dataset: Dataset
-    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None
     make_optimizer: Callable[[Iterable[nn.Parameter], float], torch.optim.Optimizer]
     base_lr: float
     base_batch: int
     eval_dataset: Dataset | None = None
+    step_fn: Callable[[nn.Module, Any], torch.Tensor] | None = None
+    collate_fn: Callable[[list[Any]], Any] | None = None
+    loader: LoaderOptions = field(default_factory=LoaderOptions)
+    precision: str = "fp32"
+    clip_grad_norm: float | None = None
+    lr_schedule: Callable[[int], float] | None = None
+    eval_metrics: Callable[[nn.Module, Any], Mapping[str, float]] | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -43,13 +83,33 @@ class TrainingRecipe:
             raise ValueError(f"TrainingRecipe[{self.name}].base_batch={self.base_batch!r}: must be a positive integer")
         if len(self.dataset) == 0:  # type: ignore[arg-type]
             raise ValueError(f"TrainingRecipe[{self.name}].dataset: is empty")
+        if self.loss_fn is None and self.step_fn is None:
+            raise ValueError(f"TrainingRecipe[{self.name}].loss_fn=None: give loss_fn or step_fn")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"TrainingRecipe[{self.name}].precision={self.precision!r}: expected one of {', '.join(PRECISIONS)}")
+        if self.clip_grad_norm is not None and not (math.isfinite(self.clip_grad_norm) and self.clip_grad_norm > 0):
+            raise ValueError(f"TrainingRecipe[{self.name}].clip_grad_norm={self.clip_grad_norm!r}: must be a finite number > 0")
+        if not isinstance(self.loader, LoaderOptions):
+            raise ValueError(f"TrainingRecipe[{self.name}].loader={self.loader!r}: expected LoaderOptions")
+
+    def collate(self, samples: list[Any]) -> Any:
+        return (self.collate_fn or default_collate)(samples)
+
+    def loss(self, model: nn.Module, batch: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Mean loss of ``batch`` and, for ``(x, y)`` classification batches, the outputs' correct count."""
+        if self.step_fn is not None:
+            return self.step_fn(model, batch), None
+        x, y = batch
+        out = model(x)
+        loss = self.loss_fn(out, y)  # type: ignore[misc]
+        correct = (out.detach().argmax(dim=1) == y).sum() if out.dim() == 2 and y.dim() == 1 else None
+        return loss, correct
 
 
 def collate(dataset: Dataset, indices: Iterable[int], device: torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Read ``indices`` from ``dataset`` and stack inputs and labels (on ``device``).
 
-    The one way a batch is built: the trainer's ranks and the profiler call it, so a profile
-    that times collation times exactly what a rank does.
+    The ``(x, y)`` contract's batch, as the profiler and benchmarks build it.
     """
     samples = [dataset[int(i)] for i in indices]
     x = torch.stack([s[0] for s in samples])
@@ -59,17 +119,34 @@ def collate(dataset: Dataset, indices: Iterable[int], device: torch.device | Non
     return x, y
 
 
+def to_device(batch: Any, device: torch.device) -> Any:
+    """Move every tensor of a nested dict/list/tuple batch to ``device``; other leaves stay."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, Mapping):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
+        return type(batch)(*(to_device(v, device) for v in batch))
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device(v, device) for v in batch)
+    return batch
+
+
 class EntryPointError(ValueError):
     pass
 
 
 def load_entry_point(spec: str) -> TrainingRecipe:
-    """Import ``package.module:function`` and call it; every failure names the entry point."""
+    """Import ``package.module:function`` and call it; every failure names the entry point.
+
+    Like ``python -m``, a module in the current directory is found without ``PYTHONPATH``
+    (Dask workers started here share the directory, so they find it the same way).
+    """
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise EntryPointError(f"entrypoint={spec!r}: expected 'package.module:function'")
     try:
-        module = importlib.import_module(module_name)
+        module = _import_from_path_or_cwd(module_name)
     except ImportError as exc:
         raise EntryPointError(f"entrypoint={spec!r}: cannot import module {module_name!r} ({exc})") from None
     fn = getattr(module, attr, None)
@@ -79,3 +156,16 @@ def load_entry_point(spec: str) -> TrainingRecipe:
     if not isinstance(recipe, TrainingRecipe):
         raise EntryPointError(f"entrypoint={spec!r}: returned {type(recipe).__name__}, expected TrainingRecipe")
     return recipe
+
+
+def _import_from_path_or_cwd(module_name: str) -> Any:
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        top = module_name.partition(".")[0]
+        cwd = os.getcwd()
+        # Only a missing *top-level* module falls back to the cwd; an import error inside it is the user's.
+        if exc.name != top or cwd in sys.path or "" in sys.path:
+            raise
+        sys.path.append(cwd)
+        return importlib.import_module(module_name)

@@ -8,7 +8,11 @@ Broadcast (seed 002's IO-free replication) goes in two phases so that every rank
 the exact list and shapes of the tensors before any tensor moves: the source sends the
 *structure* (metadata, optimizer state with tensors replaced by shape/dtype descriptors) as
 one object; receivers whose optimizer state is still empty (new ranks: no momentum yet)
-materialise it from the descriptors; then all tensors travel as one flat buffer per dtype.
+materialise it from the descriptors; then all tensors travel as one flat buffer per
+(device, dtype) bucket and each lands back on its own device. Buckets matter on GPUs: Adam
+and AdamW keep ``state["step"]`` on the CPU next to ``exp_avg`` on the GPU, so one buffer per
+dtype would concatenate across devices; on an nccl job the CPU buckets travel over the gloo
+side of a ``cpu:gloo,cuda:nccl`` group (see ``trainer.process_group_backend``).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +43,7 @@ class TrainMeta:
     lr: LRRamp
     rng_state: bytes
     finished: bool = False
+    cuda_rng_state: bytes = b""  # the rank's current CUDA device; empty where there is none
 
     def __post_init__(self) -> None:
         for name in ("step", "samples_seen", "global_batch"):
@@ -60,12 +65,23 @@ class ElasticState:
     model: nn.Module
     optimizer: torch.optim.Optimizer
     meta: TrainMeta
+    scaler: torch.amp.GradScaler | None = None  # fp16: its scale and growth tracker travel too
 
     def capture_rng(self) -> None:
-        self.meta = dataclasses.replace(self.meta, rng_state=torch.get_rng_state().numpy().tobytes())
+        cuda = torch.cuda.get_rng_state().numpy().tobytes() if _cuda_ready() else b""
+        self.meta = dataclasses.replace(self.meta, rng_state=torch.get_rng_state().numpy().tobytes(), cuda_rng_state=cuda)
 
     def restore_rng(self) -> None:
         torch.set_rng_state(torch.frombuffer(bytearray(self.meta.rng_state), dtype=torch.uint8))
+        if self.meta.cuda_rng_state and torch.cuda.is_available():
+            torch.cuda.set_rng_state(torch.frombuffer(bytearray(self.meta.cuda_rng_state), dtype=torch.uint8))
+
+    def _scaler_state(self) -> dict[str, object] | None:
+        return None if self.scaler is None or not self.scaler.is_enabled() else self.scaler.state_dict()
+
+    def _load_scaler(self, state: dict[str, object] | None) -> None:
+        if self.scaler is not None and state:
+            self.scaler.load_state_dict(state)
 
     # -- broadcast -----------------------------------------------------------------------
 
@@ -74,18 +90,20 @@ class ElasticState:
         is_src = dist.get_rank(group) == src
         if is_src:
             self.capture_rng()
-        structure = [(self.meta, _describe(self.optimizer.state_dict())) if is_src else None]
+        structure = [(self.meta, _describe(self.optimizer.state_dict()), self._scaler_state()) if is_src else None]
         dist.broadcast_object_list(structure, src=src, group=group)
-        meta, opt_structure = structure[0]
+        meta, opt_structure, scaler_state = structure[0]
         if not is_src:
+            # load_state_dict puts each materialised tensor where the optimizer keeps it
+            # (exp_avg next to its parameter, Adam's step on the CPU), as on the source.
             self.optimizer.load_state_dict(_materialise(opt_structure))
             self.meta = meta
             self.restore_rng()
-        tensors = list(self._tensors())
-        for dtype in sorted({t.dtype for t in tensors}, key=str):
-            group_tensors = [t for t in tensors if t.dtype == dtype]
+            self._load_scaler(scaler_state)
+        for group_tensors in buckets(self._tensors()):
+            device, dtype = group_tensors[0].device, group_tensors[0].dtype
             flat = torch.cat([t.detach().reshape(-1) for t in group_tensors]) if is_src else torch.empty(
-                sum(t.numel() for t in group_tensors), dtype=dtype, device=group_tensors[0].device
+                sum(t.numel() for t in group_tensors), dtype=dtype, device=device
             )
             dist.broadcast(flat, src=src, group=group)
             if not is_src:
@@ -117,6 +135,8 @@ class ElasticState:
             "optimizer": self.optimizer.state_dict(),
             "meta": _meta_to_dict(self.meta),
         }
+        if (scaler_state := self._scaler_state()) is not None:
+            payload["scaler"] = scaler_state
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=".state-", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as f:
@@ -139,6 +159,24 @@ class ElasticState:
         self.optimizer.load_state_dict(payload["optimizer"])
         self.meta = _meta_from_dict(payload["meta"])
         self.restore_rng()
+        self._load_scaler(payload.get("scaler"))
+
+
+def buckets(tensors: Iterable[torch.Tensor]) -> list[list[torch.Tensor]]:
+    """Tensors grouped by (device, dtype), in an order every rank derives the same way.
+
+    Within a bucket the input order is kept; buckets are sorted by their key's text, so two
+    ranks holding the same tensors on the same kinds of device send and receive identically.
+    """
+    grouped: dict[tuple[str, str], list[torch.Tensor]] = {}
+    for t in tensors:
+        grouped.setdefault((str(t.device), str(t.dtype)), []).append(t)
+    return [grouped[key] for key in sorted(grouped)]
+
+
+def _cuda_ready() -> bool:
+    # Reading the CUDA RNG initialises CUDA; a process that never touched it has nothing to carry.
+    return torch.cuda.is_available() and torch.cuda.is_initialized()
 
 
 def has_checkpoint(directory: str | os.PathLike[str] | None) -> bool:
@@ -179,6 +217,7 @@ def _meta_to_dict(meta: TrainMeta) -> dict[str, object]:
         "lr": [meta.lr.start, meta.lr.target, meta.lr.begin, meta.lr.steps],
         "rng_state": torch.frombuffer(bytearray(meta.rng_state), dtype=torch.uint8).clone(),
         "finished": meta.finished,
+        "cuda_rng_state": torch.tensor(list(meta.cuda_rng_state), dtype=torch.uint8),
     }
 
 
@@ -191,4 +230,5 @@ def _meta_from_dict(d: dict[str, object]) -> TrainMeta:
         lr=LRRamp(float(start), float(target), int(begin), int(steps)),
         rng_state=d["rng_state"].numpy().tobytes(),  # type: ignore[union-attr]
         finished=bool(d["finished"]),
+        cuda_rng_state=d["cuda_rng_state"].numpy().tobytes() if "cuda_rng_state" in d else b"",  # type: ignore[union-attr]
     )

@@ -21,18 +21,19 @@ import contextlib
 import dataclasses
 import logging
 import statistics
-import threading
 import time
+from collections.abc import Iterator
 from datetime import timedelta
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from distributed import get_client, get_worker
 from distributed.comm import get_address_host
 from torch.nn.parallel import DistributedDataParallel
 
+from elastic_tasks import step as steps
 from elastic_tasks.board import EventKind, JobBoard, JobStatus, RankEvent
+from elastic_tasks.courier import Courier as _Courier
 from elastic_tasks.protocol import (
     FROM_CHECKPOINT,
     EvalResult,
@@ -44,8 +45,11 @@ from elastic_tasks.protocol import (
     StepRecord,
     SwitchRecord,
 )
+from elastic_tasks.devices import default_backend, process_group_backend, rank_device
+from elastic_tasks.evaluate import evaluate
+from elastic_tasks.loader import RankLoader
 from elastic_tasks.noise_scale import GradientNoiseProbe
-from elastic_tasks.recipe import TrainingRecipe, collate, load_entry_point
+from elastic_tasks.recipe import TrainingRecipe, load_entry_point, to_device
 from elastic_tasks.scaling import accumulation_steps, initial_lr, micro_batches, rescale_lr
 from elastic_tasks.sharding import EpochSampler, rank_slice
 from elastic_tasks.state import ElasticState, TrainMeta, has_checkpoint, read_meta
@@ -54,9 +58,6 @@ from elastic_tasks.straggler import StragglerDetector
 log = logging.getLogger(__name__)
 
 _POLL_S = 0.05  # recovery: how often a waiting rank looks for its plan
-_WAIT_S = 2.0  # courier: longest server-side wait for the next plan version
-_BACKUP_POLL_S = 2.0
-_STATUS_EVERY_S = 0.5
 
 
 class CollectiveFailure(RuntimeError):
@@ -79,67 +80,6 @@ def run_rank(spec: RankSpec) -> RankResult:
         if dist.is_initialized():
             with contextlib.suppress(Exception):
                 dist.destroy_process_group()
-
-
-class _Courier(threading.Thread):
-    """Learns of new plan versions while the rank trains; pushes rank 0's status now and then.
-
-    It long-polls the Dask ``Event`` of the next plan version (the scheduler answers the
-    moment the plan is published, or after ``_WAIT_S``), so a training process pays about one
-    idle request per ``_WAIT_S`` rather than a busy poll; a slow read of the latest version
-    backs it up should a version ever be skipped.
-    """
-
-    def __init__(self, board: JobBoard) -> None:
-        super().__init__(daemon=True, name="malleable-courier")
-        self.board = board
-        self.seen_version = -1
-        self.status: JobStatus | None = None
-        self._sent: JobStatus | None = None
-        self._stop = threading.Event()
-        self._seen_lock = threading.Lock()  # the courier and the rank's refresh() both raise it
-
-    def _see(self, version: int | None) -> None:
-        with self._seen_lock:
-            if version is not None and version > self.seen_version:
-                self.seen_version = int(version)
-
-    def run(self) -> None:
-        last_poll = last_push = 0.0
-        while not self._stop.is_set():
-            try:
-                # The version waited for, fixed before the wait: the rank's own refresh() may
-                # raise seen_version meanwhile, and re-reading it here would claim a version
-                # nobody has published yet (ranks then wait for it and fail the generation).
-                target = self.seen_version + 1
-                if self.board.wait_published(target, timeout=_WAIT_S):
-                    self._see(target)
-            except Exception:  # noqa: BLE001 - the worker is closing; the stop flag ends us
-                self._stop.wait(_WAIT_S)
-            now = time.monotonic()
-            if now - last_poll >= _BACKUP_POLL_S:
-                with contextlib.suppress(Exception):
-                    self._see(self.board.latest_version())
-                last_poll = now
-            status = self.status
-            if status is not None and status is not self._sent and now - last_push >= _STATUS_EVERY_S:
-                with contextlib.suppress(Exception):
-                    self.board.set_status(status)
-                    self._sent, last_push = status, now
-
-    def refresh(self) -> int:
-        """Read the newest version now (recovery: no waiting for the backup poll)."""
-        with contextlib.suppress(Exception):
-            self._see(self.board.latest_version())
-        return self.seen_version
-
-    def flush(self) -> None:
-        if self.status is not None and self.status is not self._sent:
-            with contextlib.suppress(Exception):
-                self.board.set_status(self.status)
-
-    def stop(self) -> None:
-        self._stop.set()
 
 
 def _is_collective_error(exc: BaseException) -> bool:
@@ -170,16 +110,19 @@ class _Rank:
         self.host = get_address_host(get_worker().address)
         torch.set_num_threads(self.config.torch_threads)
         self.recipe: TrainingRecipe = load_entry_point(spec.entrypoint)
-        self.backend = self.config.backend or ("nccl" if torch.cuda.is_available() else "gloo")
-        self.device = torch.device("cuda", torch.cuda.current_device()) if self.backend == "nccl" else torch.device("cpu")
+        self.backend = self.config.backend or default_backend()
+        self.device = rank_device(self.backend)
         torch.manual_seed(self.config.seed)
         model = self.recipe.build_model().to(self.device)
         lr = initial_lr(self.recipe.base_lr, self.recipe.base_batch, self.config.global_batch)
         optimizer = self.recipe.make_optimizer(model.parameters(), lr.at(0))
         meta = TrainMeta(step=0, samples_seen=0, global_batch=self.config.global_batch, lr=lr, rng_state=b"")
-        self.state = ElasticState(model, optimizer, meta)
+        self.state = ElasticState(model, optimizer, meta, steps.make_scaler(self.recipe.precision, self.device))
+        self.batches: Iterator[object] | None = None  # this generation's share, from the stream position it began at
+        self._lr = lr.at(0)
         self.state.capture_rng()
         self.sampler = EpochSampler(len(self.recipe.dataset), self.config.seed)  # type: ignore[arg-type]
+        self.loader = RankLoader(self.recipe, self.sampler)  # one per rank; loader workers outlive generations
         self.detector = StragglerDetector(self.config.straggler_alpha, self.config.straggler_threshold)
         self.courier = _Courier(board)
         self.plan: Plan | None = None
@@ -254,12 +197,13 @@ class _Rank:
             store = dist.TCPStore(host, port, self.world, is_master=False, timeout=timeout)
         # Keep the previous generation's store alive a little longer: a slow peer may still close on it.
         self._stores = [*self._stores[-1:], store]
-        dist.init_process_group(self.backend, store=store, rank=self.rank, world_size=self.world, timeout=timeout)
+        dist.init_process_group(process_group_backend(self.backend), store=store, rank=self.rank, world_size=self.world, timeout=timeout)
         if plan.source == FROM_CHECKPOINT:
             self.state.load(self.config.checkpoint_dir)  # type: ignore[arg-type]
         elif plan.source is not None:
             self.state.broadcast(src=plan.members.index(plan.source))
         self._apply_batch(plan)
+        self._open_loader()
         self.ddp = DistributedDataParallel(self.state.model, init_sync=False, forward_sync_buffers=False)
         self.noise.attach(self.ddp)
         pause = time.time() - t_stop
@@ -278,8 +222,15 @@ class _Rank:
             lr = rescale_lr(meta.lr, meta.step, meta.global_batch, plan.global_batch, self.config.lr_ramp_steps)
             self.state.meta = dataclasses.replace(meta, global_batch=plan.global_batch, lr=lr)
 
+    def _open_loader(self) -> None:
+        """A DataLoader over this generation's share of the stream, from the position all ranks agree on."""
+        meta = self.state.meta
+        accum = accumulation_steps(meta.global_batch, self.world, self.config.max_batch_per_gpu)
+        self.batches = self.loader.start(meta.samples_seen, meta.global_batch, self.world, self.rank, accum)
+
     def _drop_group(self) -> None:
         self.ddp = None
+        self.batches = None  # what it prefetched past the switch is read again from the new position
         self._salvage_inflight()
         if dist.is_initialized():
             with contextlib.suppress(Exception):
@@ -313,7 +264,7 @@ class _Rank:
             if self.config.checkpoint_dir is not None:
                 self.state.save(self.config.checkpoint_dir)
             if self.config.evaluate and self.recipe.eval_dataset is not None:
-                evaluation = self._evaluate()
+                evaluation = evaluate(self.recipe, self.state.model, self.device)
             self.courier.flush()
             self.board.post(RankEvent(EventKind.FINISHED, self.spec.uid, self.plan.version if self.plan else 0, self.state.meta.step))
         return self._result(RankExit.FINISHED, evaluation)
@@ -376,12 +327,11 @@ class _Rank:
         if self.config.record_indices:
             self.indices.append((meta.step, tuple(int(i) for i in local)))
         chunks = micro_batches(len(local), accumulation_steps(batch, self.world, self.config.max_batch_per_gpu))
-        lr = meta.lr.at(meta.step)
-        for group in self.state.optimizer.param_groups:
-            group["lr"] = lr
+        self._lr = steps.step_lr(self.recipe, meta.lr.at(meta.step), meta.samples_seen)
+        steps.set_lr(self.state.optimizer, self._lr)
         self.state.optimizer.zero_grad(set_to_none=True)
-        ddp = self.ddp
-        assert ddp is not None
+        ddp, batches, recipe, scaler = self.ddp, self.batches, self.recipe, self.state.scaler
+        assert ddp is not None and batches is not None
         # DDP averages gradients over ranks; scaling the local sum by world/batch makes the
         # update sum(all losses)/global_batch whatever the split.
         scale = self.world / batch
@@ -390,26 +340,23 @@ class _Rank:
         if self.spec.delay_s:
             time.sleep(self.spec.delay_s)
         for i, (a, b) in enumerate(chunks):
-            x, y = self._collate(local[a:b])
+            micro = to_device(next(batches), self.device)
             last = i == len(chunks) - 1
             with contextlib.nullcontext() if last else ddp.no_sync():
-                out = ddp(x)
-                loss = self.recipe.loss_fn(out, y)
+                with steps.autocast(recipe.precision, self.device):
+                    loss, hits = recipe.loss(ddp, micro)
                 n = b - a
                 if last:
                     # Local work ends where the gradient allreduce (waiting for peers) begins.
                     self.local_time = time.perf_counter() - t_local
-                (loss * (n * scale)).backward()
+                steps.backward(loss.float() * (n * scale), scaler)
                 self.noise.after_micro(ddp.module, n, scale, self.world)
             loss_sum += float(loss.detach()) * n
-            correct += float((out.detach().argmax(dim=1) == y).sum()) if out.dim() == 2 else 0.0
+            correct += float(hits) if hits is not None else 0.0
         self.noise.finish_step(ddp.module, batch, self.world)
-        self.state.optimizer.step()
+        steps.optimizer_step(self.state.optimizer, self.state.model, scaler, recipe.clip_grad_norm)
         self.state.meta = dataclasses.replace(meta, step=meta.step + 1, samples_seen=meta.samples_seen + batch)
         return loss_sum, correct, len(local)
-
-    def _collate(self, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        return collate(self.recipe.dataset, idx, self.device)
 
     def _agree(self, loss_sum: float, correct: float, count: int, t0: float) -> Plan | None:
         """End-of-step agreement: global loss, per-rank throughput, newest plan seen by anyone.
@@ -430,7 +377,7 @@ class _Rank:
         stats[3 + w + self.rank] = self.courier.seen_version
         meta = self.state.meta
         launched = _InFlight(
-            dist.all_reduce(stats, async_op=True), stats, meta.step - 1, meta.global_batch, meta.lr.at(meta.step - 1), t0, self._cpu0
+            dist.all_reduce(stats, async_op=True), stats, meta.step - 1, meta.global_batch, self._lr, t0, self._cpu0
         )
         previous, self._inflight = self._inflight, launched
         if previous is None:
@@ -493,23 +440,6 @@ class _Rank:
                 plan.version, meta.step, meta.samples_seen, w, meta.global_batch, record.loss, time.time(), record.noise_scale
             )
         return stats
-
-    def _evaluate(self) -> EvalResult:
-        dataset = self.recipe.eval_dataset
-        assert dataset is not None
-        model = self.state.model
-        was_training = model.training
-        model.eval()
-        total_loss = total_correct = 0.0
-        n = len(dataset)  # type: ignore[arg-type]
-        with torch.no_grad():
-            for start in range(0, n, 256):
-                x, y = self._collate(np.arange(start, min(n, start + 256)))
-                out = model(x)
-                total_loss += float(self.recipe.loss_fn(out, y)) * len(y)
-                total_correct += float((out.argmax(dim=1) == y).sum())
-        model.train(was_training)
-        return EvalResult(total_loss / n, total_correct / n, n)
 
     def _result(self, exit_: RankExit, evaluation: EvalResult | None = None) -> RankResult:
         meta = self.state.meta

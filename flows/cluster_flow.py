@@ -125,6 +125,7 @@ def _measured(results: dict) -> tuple[dict[str, list[MetricPoint]], dict[str, di
             final["accuracy"] = r.eval_accuracy
         if r.eval_loss is not None:
             final["eval_loss"] = r.eval_loss
+        final.update({f"eval_{name}": value for name, value in r.eval_metrics})  # the recipe's own metrics
         if r.final_loss is not None:
             final["loss"] = r.final_loss
         pauses = [o.pause_s for o in r.rescales[1:] if o.pause_s == o.pause_s]
@@ -174,7 +175,7 @@ def cluster_flow(
         progress.update(len(jobs))
         return ClusterOutcome(None, None, time.monotonic() - t0, {}, tuple(rows))
 
-    kube = KubeSpec(namespace=settings.kube_namespace, image=settings.kube_image, workers=settings.workers)
+    kube = KubeSpec(namespace=settings.kube_namespace, image=settings.kube_image, workers=settings.workers, env=settings.worker_env)
     start_ms = int(time.time() * 1000)
     t0 = time.monotonic()
     run_dir = settings.state_dir.resolve() / "runs" / f"{Path(jobs_file).stem}-{int(time.time())}"

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from elastic_tasks.coordinator import JobFailed, JobResult
 from elastic_tasks.protocol import TrainConfig
+from elastic_tasks.preflight import check_recipe
 from elastic_tasks.recipe import EntryPointError, load_entry_point
 from flows.console import EXIT_FAILED, console, fail
 
@@ -48,6 +49,7 @@ def train(
     """Train one job elastically on a local Dask cluster and print a summary."""
     try:
         recipe = load_entry_point(entrypoint)
+        check_recipe(recipe)  # one forward/backward step here, before any worker starts
         schedule = parse_rescales(rescale_at or [], steps)
         global_batch = recipe.base_batch if batch is None else batch
         most = max([gpus, *(g for _, g in schedule)])
@@ -109,8 +111,10 @@ def _summary(result: JobResult, name: str) -> None:
     console.print(table)
     first = result.history[0].loss if result.history else float("nan")
     console.print(f"steps {result.steps}, samples {result.samples_seen:,}, loss {first:.4f} -> {result.final_loss or float('nan'):.4f}")
-    if result.eval_accuracy is not None:
-        console.print(f"eval loss {result.eval_loss:.4f}, eval accuracy {result.eval_accuracy:.1%}")
+    if result.eval_loss is not None:
+        accuracy = "" if result.eval_accuracy is None else f", eval accuracy {result.eval_accuracy:.1%}"
+        extra = "".join(f", {name} {value:.4g}" for name, value in result.eval_metrics)
+        console.print(f"eval loss {result.eval_loss:.4f}{accuracy}{extra}")
     for step, uid in result.stragglers:
         console.print(f"straggler flagged: {uid} at step {step}")
     if not result.finished:

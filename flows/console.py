@@ -6,6 +6,7 @@ from typing import NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 # Exit codes: 0 success, 1 the work itself failed, 2 bad input (file, flag, setting).
 EXIT_FAILED = 1
@@ -17,5 +18,6 @@ err_console = Console(stderr=True)
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     """Print one red line (no traceback) and exit with ``code``."""
-    err_console.print(f"[bold red]error:[/] {message}", markup=True, highlight=False, soft_wrap=True)
+    # Escaped: a message that names ``TrainingRecipe[name].field`` must not read as rich markup.
+    err_console.print(f"[bold red]error:[/] {escape(message)}", markup=True, highlight=False, soft_wrap=True)
     raise typer.Exit(code)

@@ -92,7 +92,7 @@ def save_model_dir(entrypoint: str, checkpoint_dir: Path, out: Path) -> Path:
 
 
 def _kube(settings: Settings, workers: int) -> KubeSpec:
-    return KubeSpec(namespace=settings.kube_namespace, image=settings.kube_image, workers=workers)
+    return KubeSpec(namespace=settings.kube_namespace, image=settings.kube_image, workers=workers, env=settings.worker_env)
 
 
 @flow(name="retrain", log_prints=True)
@@ -135,6 +135,7 @@ def retrain_flow(
         finals["eval_accuracy"] = result.eval_accuracy
     if result.eval_loss is not None:
         finals["eval_loss"] = result.eval_loss
+    finals.update({f"eval_{name}": value for name, value in result.eval_metrics})  # the recipe's own metrics
     tracker.log_metrics(run, step_points(result) + [MetricPoint(k, v, result.steps) for k, v in finals.items()])
     model_uri = None
     if result.finished:

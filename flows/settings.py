@@ -43,13 +43,15 @@ class Settings(BaseSettings):
     policy: str = Field("elastic_dp", description="Allocation policy name.")
     interval_s: float = Field(10.0, gt=0, description="Δ: seconds between re-allocations.")
     overflow: OverflowMode = Field(OverflowMode.QUEUE, description="Jobs that do not fit: drop or queue.")
-    kube_image: str = Field("malleable:0.1.0", min_length=1, description="Container image of Kubernetes Dask workers.")
+    kube_image: str = Field("malleable:0.1.0-cuda", min_length=1, description="Container image of Kubernetes Dask workers (GPU pods: the CUDA build).")
     kube_namespace: str = Field("default", min_length=1, description="Kubernetes namespace.")
     tracking_timeout_s: float = Field(5.0, gt=0, description="Seconds before an MLflow request counts as unreachable.")
     job_store: str | None = Field(None, description="The scheduler service's job store, any SQLAlchemy URL (default: sqlite:///<state_dir>/jobs.db).")
     react: bool = Field(True, description="The service re-allocates at once on each submission, completion and worker change (else every Δ).")
     service_poll_s: float = Field(0.2, gt=0, le=60, description="How often the service looks at the job store for submissions and cancels.")
     checkpoint_every: int = Field(20, ge=1, description="Service jobs checkpoint every this many steps (what a restart resumes from).")
+    gloo_socket_ifname: str | None = Field(None, description="Network interface gloo binds and connects on in multi-node jobs (GLOO_SOCKET_IFNAME on the workers), e.g. eth0.")
+    nccl_socket_ifname: str | None = Field(None, description="Network interface nccl bootstraps on in multi-node jobs (NCCL_SOCKET_IFNAME on the workers), e.g. eth0 or ib0.")
 
     @field_validator("policy")
     @classmethod
@@ -90,6 +92,15 @@ class Settings(BaseSettings):
     @property
     def profile_cache_dir(self) -> Path:
         return self.state_dir / "profiles"
+
+    @property
+    def worker_env(self) -> dict[str, str]:
+        """Environment the Dask workers that train need from these settings (socket interfaces).
+
+        The same mapping as ``elastic_tasks.devices.socket_env``, kept here so reading settings never imports torch.
+        """
+        pairs = (("GLOO_SOCKET_IFNAME", self.gloo_socket_ifname), ("NCCL_SOCKET_IFNAME", self.nccl_socket_ifname))
+        return {name: value for name, value in pairs if value}
 
 
 def _one_line(exc: ValidationError, given: set[str]) -> str:

@@ -44,3 +44,72 @@ def test_train_runs_with_forced_rescales():
     assert result.exit_code == 0, result.output
     assert "2 -> 3" in result.output and "3 -> 1" in result.output
     assert "steps 300" in result.output and "eval accuracy" in result.output
+
+
+DICT_RECIPE = '''
+import torch
+from functools import partial
+from torch import nn
+from elastic_tasks.recipe import TrainingRecipe
+
+
+class Rows(torch.utils.data.Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        g = torch.Generator().manual_seed(i)
+        x = torch.randn(4, generator=g)
+        return {"features": x, "target": x.sum(dim=0, keepdim=True)}
+
+
+def mse(model, batch):
+    return (model(batch["features"]) - batch["target"]).pow(2).mean()
+
+
+def sgd(params, lr):
+    return torch.optim.SGD(params, lr=lr)
+
+
+def recipe():
+    return TrainingRecipe("rows", partial(nn.Linear, 4, 1), Rows(), None, sgd, 0.05, 8, step_fn=mse)
+
+
+def broken():  # dict samples under the (x, y) contract: caught before any worker starts
+    return TrainingRecipe("broken", partial(nn.Linear, 4, 1), Rows(), torch.nn.functional.mse_loss, sgd, 0.05, 8)
+'''
+
+
+def test_recipe_mismatch_is_one_line_naming_the_field_before_any_process(tmp_path, monkeypatch):
+    import sys
+
+    (tmp_path / "cwd_dict_recipe.py").write_text(DICT_RECIPE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "cwd_dict_recipe", raising=False)
+    result = runner.invoke(app, ["train", "cwd_dict_recipe:broken"])
+    assert result.exit_code == 2, result.output
+    assert "TrainingRecipe[broken].dataset[0]: a dict sample" in result.output
+    assert "Traceback" not in result.output and not multiprocessing.active_children()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_recipe_module_in_the_current_directory_trains_without_pythonpath(tmp_path):
+    # A user's own module next to them, dict batches, `malleable train mod:fn`: as with
+    # `python -m`, the current directory is searched. PYTHONPATH names only this checkout.
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "myrecipe.py").write_text(DICT_RECIPE)
+    repo = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": repo}
+    malleable = Path(sys.executable).with_name("malleable")
+    out = subprocess.run(
+        [str(malleable), "train", "myrecipe:recipe", "--gpus", "1", "--steps", "6", "--workers", "1"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "steps 6" in out.stdout and "rows: generations" in out.stdout

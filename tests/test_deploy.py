@@ -111,3 +111,15 @@ def test_local_gpu_cluster_workers_get_the_training_malloc_setting():
     with local_gpu_cluster(1) as cluster, Client(cluster) as client:
         env = client.run(lambda: os.environ.get("MALLOC_MMAP_THRESHOLD_"))
         assert set(env.values()) == {TRAINING_WORKER_ENV["MALLOC_MMAP_THRESHOLD_"]}
+
+
+def test_a_pod_with_several_gpus_runs_one_worker_per_gpu():
+    from deploy.clusters import gpu_worker_args
+
+    one = kube_cluster_spec(KubeSpec(gpus_per_worker=1))["spec"]["worker"]["spec"]["containers"][0]
+    four = kube_cluster_spec(KubeSpec(gpus_per_worker=4))["spec"]["worker"]["spec"]["containers"][0]
+    assert one["args"][:2] == ["dask", "worker"] and four["args"] == gpu_worker_args(4)
+    # dask-cuda starts a worker process per visible GPU; every one advertises a single GPU.
+    assert four["args"][:3] == ["dask", "cuda", "worker"]
+    assert four["args"][four["args"].index("--resources") + 1] == f"{GPU_RESOURCE}=1"
+    assert four["resources"]["limits"][K8S_GPU] == 4

@@ -183,6 +183,19 @@ def test_profile_on_a_dask_worker_with_a_gpu_resource(tmp_path):
         again = submit_profile(client, "elastic_tasks.examples:mlp_tiny", settings, NO_COMM, cache_dir=tmp_path).result(timeout=120)
     assert not first.from_cache and again.from_cache and again.profile == first.profile
     assert first.profile.workload == "mlp_tiny" and first.profile.allreduce == NO_COMM
+    # Measured as a rank runs there: its device (cpu here, cuda:0 on a GPU worker) and one thread.
+    assert first.profile.hardware.startswith("cpu:") and "|threads=1|" in first.profile.hardware
+
+
+def test_precision_is_part_of_the_cache_key():
+    import dataclasses
+
+    from elastic_tasks.profiler import cache_key
+
+    settings = ProfileSettings(batch_sizes=(4, 8), warmup=0, repeats=1)
+    fp32 = mlp_tiny()
+    keys = {cache_key(dataclasses.replace(fp32, precision=p), settings, NO_COMM).digest() for p in ("fp32", "bf16", "fp16")}
+    assert len(keys) == 3
 
 
 def test_daemonic_process_refuses_to_spawn_ranks(monkeypatch):

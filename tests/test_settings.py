@@ -68,3 +68,16 @@ def test_bad_setting_on_the_cli_exits_2_without_traceback(monkeypatch):
     assert result.exit_code == 2
     assert "MALLEABLE_WORKERS='many'" in result.output
     assert "Traceback" not in result.output
+
+
+def test_socket_interfaces_reach_the_workers_environment(monkeypatch):
+    from deploy.clusters import KubeSpec, kube_cluster_spec
+
+    assert load_settings().worker_env == {}
+    monkeypatch.setenv("MALLEABLE_GLOO_SOCKET_IFNAME", "eth1")
+    monkeypatch.setenv("MALLEABLE_NCCL_SOCKET_IFNAME", "ib0")
+    s = load_settings()
+    assert s.worker_env == {"GLOO_SOCKET_IFNAME": "eth1", "NCCL_SOCKET_IFNAME": "ib0"}
+    worker = kube_cluster_spec(KubeSpec(env=s.worker_env))["spec"]["worker"]["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in worker["env"]}
+    assert env["GLOO_SOCKET_IFNAME"] == "eth1" and env["NCCL_SOCKET_IFNAME"] == "ib0"

@@ -52,20 +52,38 @@ def image_recipe(
     )
 
 
-def mlp_tiny(*, train_size: int = 2_048, eval_size: int = 512, seed: int = 0) -> TrainingRecipe:
+def adam(params: Iterable[nn.Parameter], lr: float) -> torch.optim.Optimizer:
+    return torch.optim.Adam(params, lr=lr)
+
+
+def adamw(params: Iterable[nn.Parameter], lr: float) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
+
+
+def mlp_tiny(*, train_size: int = 2_048, eval_size: int = 512, seed: int = 0, optimizer: str = "sgd") -> TrainingRecipe:
     """32 features, 4 classes, ~6.5k parameters: the fastest recipe, for tests."""
     spec = SyntheticSpec((32,), 4, seed=seed)
     train = SyntheticClassification(spec, train_size, "train")
+    make_optimizer, base_lr = {"sgd": (sgd_momentum, 0.05), "adam": (adam, 0.002), "adamw": (adamw, 0.002)}[optimizer]
     return TrainingRecipe(
-        name="mlp_tiny",
+        name="mlp_tiny" if optimizer == "sgd" else f"mlp_tiny_{optimizer}",
         build_model=partial(MLP, in_features=32, hidden=64, num_classes=4),
         dataset=train,
         loss_fn=F.cross_entropy,
-        make_optimizer=sgd_momentum,
-        base_lr=0.05,
+        make_optimizer=make_optimizer,
+        base_lr=base_lr,
         base_batch=32,
         eval_dataset=train.other_split("eval", eval_size),
     )
+
+
+def mlp_tiny_adam() -> TrainingRecipe:
+    """mlp_tiny with Adam: optimizer state with a ``step`` tensor next to the moments."""
+    return mlp_tiny(optimizer="adam")
+
+
+def mlp_tiny_adamw() -> TrainingRecipe:
+    return mlp_tiny(optimizer="adamw")
 
 
 def resnet_small() -> TrainingRecipe:
@@ -100,4 +118,6 @@ EXAMPLES: dict[str, Callable[[], TrainingRecipe]] = {
     "resnet_10m": resnet_10m,
     "alexnet_10m": alexnet_10m,
     "vgg_10m": vgg_10m,
+    "mlp_tiny_adam": mlp_tiny_adam,
+    "mlp_tiny_adamw": mlp_tiny_adamw,
 }

@@ -1,0 +1,77 @@
+"""The rank's courier thread: learns of new plan versions while the rank trains, pushes status.
+
+Split out of ``trainer.py`` unchanged (``trainer._Courier`` still names it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+
+from elastic_tasks.board import JobBoard, JobStatus
+
+_WAIT_S = 2.0  # courier: longest server-side wait for the next plan version
+_BACKUP_POLL_S = 2.0
+_STATUS_EVERY_S = 0.5
+
+
+class Courier(threading.Thread):
+    """Learns of new plan versions while the rank trains; pushes rank 0's status now and then.
+
+    It long-polls the Dask ``Event`` of the next plan version (the scheduler answers the
+    moment the plan is published, or after ``_WAIT_S``), so a training process pays about one
+    idle request per ``_WAIT_S`` rather than a busy poll; a slow read of the latest version
+    backs it up should a version ever be skipped.
+    """
+
+    def __init__(self, board: JobBoard) -> None:
+        super().__init__(daemon=True, name="malleable-courier")
+        self.board = board
+        self.seen_version = -1
+        self.status: JobStatus | None = None
+        self._sent: JobStatus | None = None
+        self._stop = threading.Event()
+        self._seen_lock = threading.Lock()  # the courier and the rank's refresh() both raise it
+
+    def _see(self, version: int | None) -> None:
+        with self._seen_lock:
+            if version is not None and version > self.seen_version:
+                self.seen_version = int(version)
+
+    def run(self) -> None:
+        last_poll = last_push = 0.0
+        while not self._stop.is_set():
+            try:
+                # The version waited for, fixed before the wait: the rank's own refresh() may
+                # raise seen_version meanwhile, and re-reading it here would claim a version
+                # nobody has published yet (ranks then wait for it and fail the generation).
+                target = self.seen_version + 1
+                if self.board.wait_published(target, timeout=_WAIT_S):
+                    self._see(target)
+            except Exception:  # noqa: BLE001 - the worker is closing; the stop flag ends us
+                self._stop.wait(_WAIT_S)
+            now = time.monotonic()
+            if now - last_poll >= _BACKUP_POLL_S:
+                with contextlib.suppress(Exception):
+                    self._see(self.board.latest_version())
+                last_poll = now
+            status = self.status
+            if status is not None and status is not self._sent and now - last_push >= _STATUS_EVERY_S:
+                with contextlib.suppress(Exception):
+                    self.board.set_status(status)
+                    self._sent, last_push = status, now
+
+    def refresh(self) -> int:
+        """Read the newest version now (recovery: no waiting for the backup poll)."""
+        with contextlib.suppress(Exception):
+            self._see(self.board.latest_version())
+        return self.seen_version
+
+    def flush(self) -> None:
+        if self.status is not None and self.status is not self._sent:
+            with contextlib.suppress(Exception):
+                self.board.set_status(self.status)
+
+    def stop(self) -> None:
+        self._stop.set()

@@ -1,0 +1,65 @@
+"""What one optimizer step does besides forward/backward: LR, mixed precision, clipping.
+
+* LR: the user's schedule gives a factor by progress (samples seen); hybrid scaling gives the
+  batch-scaled LR (``scaling.LRRamp``); the step uses their product, so neither overwrites
+  the other.
+* bf16: autocast only. fp16: autocast and a ``GradScaler`` whose state is part of the
+  elastic state (it travels on a rescale and in checkpoints).
+* Clipping: on the allreduced (and, under fp16, unscaled) gradients, so every rank clips
+  identically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+
+from elastic_tasks.recipe import TrainingRecipe
+
+_AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def step_lr(recipe: TrainingRecipe, batch_scaled_lr: float, samples_seen: int) -> float:
+    factor = 1.0 if recipe.lr_schedule is None else float(recipe.lr_schedule(samples_seen))
+    if not factor >= 0:
+        raise ValueError(f"TrainingRecipe[{recipe.name}].lr_schedule({samples_seen})={factor!r}: must be a number >= 0")
+    return batch_scaled_lr * factor
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
+def make_scaler(precision: str, device: torch.device) -> torch.amp.GradScaler | None:
+    return torch.amp.GradScaler(device.type) if precision == "fp16" else None
+
+
+@contextlib.contextmanager
+def autocast(precision: str, device: torch.device) -> Iterator[None]:
+    dtype = _AUTOCAST_DTYPES.get(precision)
+    if dtype is None:
+        yield
+        return
+    with torch.autocast(device.type, dtype=dtype):
+        yield
+
+
+def backward(loss: torch.Tensor, scaler: torch.amp.GradScaler | None) -> None:
+    (scaler.scale(loss) if scaler is not None else loss).backward()
+
+
+def optimizer_step(optimizer: torch.optim.Optimizer, model: nn.Module, scaler: torch.amp.GradScaler | None, clip: float | None) -> None:
+    if scaler is not None:
+        if clip is not None:
+            scaler.unscale_(optimizer)
+            nn.utils.clip_grad_norm_(model.parameters(), clip)
+        scaler.step(optimizer)  # skipped, identically on every rank, when the allreduced grads overflowed
+        scaler.update()
+        return
+    if clip is not None:
+        nn.utils.clip_grad_norm_(model.parameters(), clip)
+    optimizer.step()
