@@ -67,8 +67,20 @@ def serve(
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
-        with connect(settings.cluster.value, workers=settings.workers, address=settings.scheduler_address, kube=kube) as client:
-            service.run(client, cluster_owned=settings.cluster.value != "address")
+        orphan = service.orphaned_cluster() if settings.cluster.value == "local" else None
+        if orphan is not None:
+            # The crashed service's own cluster is still up: adopt it (and shut it down at the end).
+            from distributed import Client
+
+            say(f"adopting the previous service's cluster at {orphan}")
+            with Client(orphan, set_as_default=False) as client:
+                try:
+                    service.run(client, cluster_owned=True)
+                finally:
+                    client.shutdown()
+        else:
+            with connect(settings.cluster.value, workers=settings.workers, address=settings.scheduler_address, kube=kube) as client:
+                service.run(client, cluster_owned=settings.cluster.value != "address")
     except LeaseHeldError as exc:
         fail(str(exc), code=EXIT_FAILED)
     except StoreError as exc:

@@ -77,6 +77,19 @@ class Service:
         """Take the store's lease; LeaseHeldError if another service schedules this store."""
         self._taken = self.lease.acquire()
 
+    def orphaned_cluster(self) -> str | None:
+        """The scheduler address of the cluster a crashed predecessor started itself, if it still
+        answers: adopting it (warm workers, torch imported) saves starting a new one."""
+        previous = self._taken.previous if self._taken is not None else None
+        if previous is None or not previous.cluster_owned or not previous.cluster_address:
+            return None
+        try:
+            with Client(previous.cluster_address, timeout=3, set_as_default=False) as probe:
+                probe.scheduler_info()
+        except (OSError, TimeoutError):
+            return None
+        return previous.cluster_address
+
     def stop(self) -> None:
         self.stopping.set()
 

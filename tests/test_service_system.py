@@ -11,6 +11,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
 
@@ -227,5 +228,16 @@ def test_a_killed_service_and_a_stopped_one_lose_no_job_and_run_none_twice(servi
     assert len(starts) == 3  # one per service that ran it: never two at once
     assert suspended_at > 0
     assert svc3.stop() == 0
-    # The crashed service's orphaned cluster was shut down by its successor.
-    assert "its cluster shut down" in svc2.output()
+    # The crashed service's orphaned cluster was adopted by its successor and shut down with it:
+    # no process of any of the three services' sessions is left.
+    assert "adopting the previous service's cluster" in svc2.output()
+    time.sleep(2)
+    left = [p.pid for p in psutil.process_iter() if _session(p.pid) in {svc.proc.pid, svc2.proc.pid, svc3.proc.pid}]
+    assert left == []
+
+
+def _session(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None
