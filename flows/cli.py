@@ -76,6 +76,13 @@ class LazyGroup(TyperGroup):
         self.commands[cmd_name] = command
         return command
 
+    def invoke(self, ctx: click.Context) -> object:
+        # Before the command's module is imported: Prefect and Dask read these at import.
+        from flows.console import quiet_libraries
+
+        quiet_libraries(verbose=bool(ctx.params.get("verbose")))
+        return super().invoke(ctx)
+
     def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         self._listing = True
         try:
@@ -108,6 +115,7 @@ def _print_version(value: bool) -> None:
 @app.callback()
 def _root(
     version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Let Dask, Prefect and MLflow log at INFO (default: errors only).")] = False,
 ) -> None:
     """Elastic deep-learning training: profile, plan, simulate, train and record."""
 

@@ -89,24 +89,39 @@ def drive(
     loop_settings: LoopSettings,
     job_settings: JobSettings,
     observer: Callable[[StepReport], None],
-) -> tuple[LoopResult, dict]:
+) -> tuple[LoopResult, dict, int]:
+    """The loop's result, each job's measurements, and the wall-clock epoch (ms) of the loop's t = 0."""
     clock = WallClock()
+    # The loop's time 0, as a timestamp: schedule and step metrics are placed from here, not
+    # from the flow's start (the cluster start and warm-up come before, ~30 s on CPU).
+    started_ms = int(time.time() * 1000)
     executor = DaskExecutor(client, entrypoint_for, job_settings, clock=clock)
     try:
         result = run_loop(jobs, make_policy(policy), capacity, clock, executor, loop_settings, observer)
     finally:
         executor.close()
-    return result, dict(executor.results)
+    return result, dict(executor.results), started_ms
 
 
-def _measured(results: dict) -> tuple[dict[str, list[MetricPoint]], dict[str, dict[str, float]]]:
+def step_timestamps_ms(history: Sequence, job_start_ms: int) -> list[int]:
+    """When each step began: the job's start plus the recording rank's step durations before it."""
+    out, elapsed_s = [], 0.0
+    for rec in history:
+        out.append(job_start_ms + int(elapsed_s * 1000))
+        elapsed_s += max(0.0, rec.wall_s)
+    return out
+
+
+def _measured(results: dict, result: LoopResult, started_ms: int) -> tuple[dict[str, list[MetricPoint]], dict[str, dict[str, float]]]:
     series: dict[str, list[MetricPoint]] = {}
     finals: dict[str, dict[str, float]] = {}
+    starts = {r.job_id: r.start for r in result.jobs}
     for job_id, r in results.items():
+        job_start_ms = started_ms + int((starts.get(job_id) or 0.0) * 1000)
         series[job_id] = [
             p
-            for rec in r.history
-            for p in (MetricPoint("loss", rec.loss, rec.step), MetricPoint("train_accuracy", rec.accuracy, rec.step), MetricPoint("lr", rec.lr, rec.step))
+            for rec, ts in zip(r.history, step_timestamps_ms(r.history, job_start_ms))
+            for p in (MetricPoint("loss", rec.loss, rec.step, ts), MetricPoint("train_accuracy", rec.accuracy, rec.step, ts), MetricPoint("lr", rec.lr, rec.step, ts))
         ]
         final = {"steps": float(r.steps), "samples_seen": float(r.samples_seen)}
         if r.eval_accuracy is not None:
@@ -152,15 +167,14 @@ def cluster_flow(
             on_step(report)
 
     kube = KubeSpec(namespace=settings.kube_namespace, image=settings.kube_image, workers=settings.workers)
-    start_ms = int(time.time() * 1000)
     t0 = time.monotonic()
     with connect(settings.cluster.value, workers=settings.workers, address=settings.scheduler_address, kube=kube) as client:
         available = wait_for_workers(client, settings.workers if settings.cluster.value == "local" else 1)
         warm_up_workers(client, [entrypoint_for(j) for j in jobs])
-        result, results = drive(client, jobs, chosen, len(available), loop_settings, job_settings, observe)
+        result, results, start_ms = drive(client, jobs, chosen, len(available), loop_settings, job_settings, observe)
     wall_s = time.monotonic() - t0
     progress.update(len(jobs))
-    series, finals = _measured(results)
+    series, finals = _measured(results, result, start_ms)
     tracker = tracker_from_settings(settings)
     name = run_name or f"cluster-{Path(jobs_file).stem}-{chosen}"
     recorded = record_run(

@@ -9,8 +9,8 @@ import typer
 from rich.table import Table
 
 from flows.cli_common import settings_or_fail
-from flows.compare_flow import CompareError, Comparison, check_runs, compare_flow
-from flows.console import console, fail
+from flows.comparison import CompareError, Comparison, check_runs, compare_runs, mixed_models_warning
+from flows.console import console, fail, warn
 
 
 def comparison_table(comparison: Comparison) -> Table:
@@ -43,8 +43,11 @@ def compare(
         fail(f"last={last}: must be >= 1")
     try:
         check_runs(run_ids or [])
-        comparison = compare_flow(run_ids=run_ids or None, last=last, out=str(out))
+        comparison = compare_runs(run_ids or [], last, out)  # read-only: no flow run, no Prefect server
     except CompareError as exc:
         fail(str(exc), code=1)
     console.print(comparison_table(comparison))
+    warning = mixed_models_warning(comparison.runs)
+    if warning:
+        warn(warning)
     console.print(f"plot written to [bold]{comparison.png}[/]")

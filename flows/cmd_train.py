@@ -11,7 +11,7 @@ from rich.table import Table
 from elastic_tasks.coordinator import JobFailed, JobResult
 from elastic_tasks.protocol import TrainConfig
 from elastic_tasks.recipe import EntryPointError, load_entry_point
-from flows.console import EXIT_FAILED, console, fail
+from flows.console import EXIT_FAILED, console, fail, warn
 
 
 def parse_rescales(items: list[str], steps: int) -> list[tuple[int, int]]:
@@ -75,7 +75,15 @@ def train(
         result = _run(entrypoint, config, gpus, schedule, n_workers, restart, recipe.name)
     except (JobFailed, TimeoutError) as exc:
         fail(str(exc), EXIT_FAILED)
+    for step, target in missed_rescales(schedule, result):
+        warn(f"--rescale-at={step}:{target} did not happen (the job ended first, or it already had {target} GPUs)")
     _summary(result, recipe.name)
+
+
+def missed_rescales(schedule: list[tuple[int, int]], result: JobResult) -> list[tuple[int, int]]:
+    """The requested (step, gpus) rescales no generation after the first carried out."""
+    done = [(r.step, r.after) for r in result.rescales[1:]]
+    return [(step, gpus) for step, gpus in schedule if not any(d_step >= step and d_after == gpus for d_step, d_after in done)]
 
 
 def _run(entrypoint: str, config: TrainConfig, gpus: int, schedule: list[tuple[int, int]], n_workers: int, restart: bool, name: str) -> JobResult:

@@ -158,8 +158,11 @@ def record_run(
             final["jct_s"] = out.jct_s
         if out.start_s is not None:
             final["queue_delay_s"] = out.start_s - out.arrival_s
-        final.update({k: float(v) for k, v in (measured_final or {}).get(out.job_id, {}).items()})
-        points += [MetricPoint(k, v, int(round(result.end_time)), start_ms + int(result.end_time * 1000)) for k, v in final.items()]
+        # Measured end values under final_*: "loss" is also the per-step series, and a final
+        # value logged into it (at a step that was really a time) would bend its curve.
+        final.update({f"final_{k}": float(v) for k, v in (measured_final or {}).get(out.job_id, {}).items()})
+        ended_ms = start_ms + int((out.finish_s if out.finish_s is not None else result.end_time) * 1000)
+        points += [MetricPoint(k, v, 0, ended_ms) for k, v in final.items()]
         tracker.log_metrics(run, points)
         tracker.end_run(run, "FINISHED" if out.finish_s is not None else "KILLED")
     end = int(round(result.end_time))

@@ -45,13 +45,32 @@ class RetrainOutcome:
     model_uri: str | None
 
 
-@task(name="wait-for-workers", retries=3, retry_delay_seconds=5, cache_policy=NO_CACHE)
+class NoGpuWorkersError(RuntimeError):
+    """Workers are up but too few advertise the ``GPU`` resource: no retry will change that."""
+
+
+def _worth_retrying(task: object, task_run: object, state: object) -> bool:
+    """Retry while workers may still be starting; not when the ones that are up lack ``GPU``."""
+    try:
+        state.result()  # type: ignore[attr-defined]
+    except NoGpuWorkersError:
+        return False
+    except Exception:
+        return True
+    return True
+
+
+@task(name="wait-for-workers", retries=3, retry_delay_seconds=5, retry_condition_fn=_worth_retrying, cache_policy=NO_CACHE)
 def wait_for_workers(client: Client, n: int, timeout_s: float = 60.0) -> list[str]:
-    """The GPU workers that are up (at least ``n``, waiting up to ``timeout_s``)."""
+    """The GPU workers that are up (at least ``n``, waiting up to ``timeout_s`` for ``n`` workers)."""
     client.wait_for_workers(n, timeout=timeout_s)
     workers = gpu_workers(client)
     if len(workers) < n:
-        raise RuntimeError(f"only {len(workers)} GPU workers of {n} are up")
+        total = len(client.scheduler_info(n_workers=-1)["workers"])
+        raise NoGpuWorkersError(
+            f"{len(workers)} of the {total} Dask workers offer the GPU resource, {n} needed: start one worker per GPU "
+            "with `dask worker <scheduler address> --nthreads 1 --resources GPU=1`"
+        )
     return workers
 
 

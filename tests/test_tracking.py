@@ -101,11 +101,20 @@ def test_unreachable_server_training_goes_on_and_metrics_arrive_later(tmp_path):
 
     proc = subprocess.Popen(
         [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
-         "--artifacts-destination", str(tmp_path / "artifacts"), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+         "--artifacts-destination", str(tmp_path / "artifacts"), "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+         "--allowed-hosts", f"127.0.0.1:{port}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
         _wait_healthy(url, proc)
+        # The same server by another name: its /health passes, every API call is refused (403).
+        other_name = f"http://localhost:{port}"
+        refused: list[str] = []
+        r = Tracker(other_name, "refused-exp", tmp_path / "refused.jsonl", notify=refused.append)
+        r.log_metrics(r.start_run("refused"), [MetricPoint("loss", 1.0, 0)])
+        assert r.offline and len(refused) == 1, refused
+        assert "MALLEABLE_TRACKING_URI" in refused[0] and "--allowed-hosts" in refused[0] and f"localhost:{port}" in refused[0]
+
         assert t.flush()
         assert not t.offline
         run_id = t.run_id(run)
