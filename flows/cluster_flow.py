@@ -156,7 +156,7 @@ def cluster_flow(
     chosen = policy or file_policy or settings.policy
     make_policy(chosen)
     loop_settings = LoopSettings(interval_s=settings.interval_s, overflow=OverflowMode(settings.overflow), react_to_events=react)
-    job_settings = JobSettings(timeout_s=collective_timeout_s, checkpoint_root=str(settings.resolved_checkpoint_dir.resolve() / f"cluster-{int(time.time())}"))
+    job_settings = JobSettings(timeout_s=collective_timeout_s, checkpoint_root=settings.checkpoint_location(f"cluster-{int(time.time())}"))
     progress = ProgressArtifact(f"jobs finished of {len(jobs)}", len(jobs))
 
     def observe(report: StepReport) -> None:

@@ -24,7 +24,7 @@ from elastic_tasks.cluster import WorkerPool
 from elastic_tasks.coordinator import JobCoordinator, JobResult
 from elastic_tasks.protocol import TrainConfig
 from elastic_tasks.recipe import load_entry_point
-from elastic_tasks.state import CHECKPOINT_NAME
+from elastic_tasks.state import read_checkpoint
 from flows.flow_artifacts import artifact_key
 from flows.plan_flow import plan_jobs
 from flows.profile_flow import profile_flow
@@ -96,13 +96,13 @@ def step_points(result: JobResult) -> list[MetricPoint]:
     return points
 
 
-def save_model_dir(entrypoint: str, checkpoint_dir: Path, out: Path) -> Path:
+def save_model_dir(entrypoint: str, checkpoint_dir: Path | str, out: Path) -> Path:
     """The final checkpoint's weights in the recipe's model, saved in MLflow's pytorch format."""
     import mlflow.pytorch
 
     recipe = load_entry_point(entrypoint)
     model = recipe.build_model()
-    payload = torch.load(checkpoint_dir / CHECKPOINT_NAME, map_location="cpu", weights_only=True)
+    payload = read_checkpoint(checkpoint_dir)  # a path or a URL (s3://…): where the ranks wrote it
     model.load_state_dict(payload["model"])
     model.eval()
     # "pickle": the default "pt2" needs an input example to trace; a recipe need not give one.
@@ -141,7 +141,7 @@ def retrain_flow(
         plan = plan_jobs([spec], len(available), settings.policy)
         share = plan.jobs[0].share
         assert share is not None
-        checkpoint_dir = settings.resolved_checkpoint_dir / f"retrain-{job_id}-{uuid.uuid4().hex[:8]}"
+        checkpoint_dir = settings.checkpoint_location(f"retrain-{job_id}-{uuid.uuid4().hex[:8]}")
         config = TrainConfig(global_batch=share.batch, total_samples=total, max_batch_per_gpu=profile.max_batch_per_gpu, checkpoint_dir=str(checkpoint_dir))
         run = tracker.start_run(
             f"retrain-{job_id}",
