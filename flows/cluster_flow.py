@@ -12,7 +12,7 @@ name of a built-in example (``elastic_tasks.examples``).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +27,7 @@ from allocator.types import JobSpec
 from deploy.clusters import KubeSpec, connect
 from elastic_tasks.cluster import warm_up
 from elastic_tasks.examples import EXAMPLES
-from elastic_tasks.coordinator import JobResult
+from elastic_tasks.coordinator import JobCoordinator, JobResult
 from elastic_tasks.executor import DaskExecutor, JobSettings, WallClock
 from elastic_tasks.recipe import load_entry_point
 from flows.flow_artifacts import ProgressArtifact, publish_results, summary_markdown
@@ -100,7 +100,17 @@ def drive(
         result = run_loop(jobs, make_policy(policy), capacity, clock, executor, loop_settings, observer)
     finally:
         executor.close()
+        forget_jobs(executor.jobs.values())
     return result, dict(executor.results), started_ms
+
+
+def forget_jobs(coordinators: Iterable[JobCoordinator]) -> None:
+    """Clear finished jobs' plans, Variables and Events off the scheduler (it may outlive us)."""
+    for job in coordinators:
+        try:
+            job.board.forget()
+        except Exception as exc:  # the run's result stands; a scheduler already gone has nothing to clear
+            print(f"could not clear job {job.board.job_id} off the scheduler: {type(exc).__name__}: {exc}")
 
 
 def step_timestamps_ms(history: Sequence, job_start_ms: int) -> list[int]:

@@ -14,18 +14,29 @@ from flows.console import console, fail, warn
 
 
 def comparison_table(comparison: Comparison) -> Table:
+    """One column per run, one row per figure: it reads at 80 columns for a handful of runs,
+    where a column per figure cut every heading to one letter."""
     table = Table(title="recorded runs side by side")
-    for col in ("run", "mode", "policy"):
-        table.add_column(col, no_wrap=True)
-    for col in ("GPUs", *HEADINGS.values()):
-        table.add_column(col, justify="right")
+    table.add_column("", no_wrap=True, style="bold")
     for r in comparison.runs:
-        table.add_row(r.name, r.mode, r.policy, r.capacity, *(_fmt(r.value(k)) for k in HEADINGS))
+        table.add_column(r.name, justify="right", overflow="fold")
+    table.add_row("mode", *(r.mode for r in comparison.runs))
+    table.add_row("policy", *(r.policy for r in comparison.runs))
+    table.add_row("GPUs", *(r.capacity for r in comparison.runs))
+    for key, heading in HEADINGS.items():
+        table.add_row(heading, *(_fmt(r.value(key)) for r in comparison.runs))
     return table
 
 
 # The columns that fit a terminal; every summary metric is in MLflow and the flow's artifact.
-HEADINGS = {"jobs_completed": "done", "avg_jct_s": "avg JCT s", "p95_jct_s": "p95 JCT s", "gpu_utilisation": "util", "rescales": "rescales", "makespan_s": "makespan s"}
+HEADINGS = {
+    "jobs_completed": "jobs done",
+    "avg_jct_s": "avg JCT s",
+    "p95_jct_s": "p95 JCT s",
+    "gpu_utilisation": "GPU utilisation",
+    "rescales": "rescales",
+    "makespan_s": "makespan s",
+}
 
 
 def _fmt(value: float | None) -> str:

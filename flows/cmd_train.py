@@ -100,9 +100,13 @@ def _run(entrypoint: str, config: TrainConfig, gpus: int, schedule: list[tuple[i
         job = JobCoordinator(client, WorkerPool(client), name, entrypoint, config)
         with console.status(f"training {name} on {gpus} rank(s)"):
             job.start(gpus)
-            for step, target in schedule:
-                (job.restart_rescale if restart else job.rescale)(target, at_step=step)
-            return job.wait()
+            try:
+                for step, target in schedule:
+                    (job.restart_rescale if restart else job.rescale)(target, at_step=step)
+                return job.wait()
+            finally:
+                job.close()
+                job.board.forget()
 
 
 def _summary(result: JobResult, name: str) -> None:

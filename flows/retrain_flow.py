@@ -79,7 +79,11 @@ def train(client: Client, job_id: str, entrypoint: str, share: Share, config: Tr
     coordinator = JobCoordinator(client, WorkerPool(client), job_id, entrypoint, config)
     t0 = time.monotonic()
     coordinator.start(share.gpus, share.batch)
-    result = coordinator.wait(timeout=timeout_s)
+    try:
+        result = coordinator.wait(timeout=timeout_s)
+    finally:
+        coordinator.close()
+        coordinator.board.forget()  # a long-lived scheduler keeps nothing of this job
     return result, time.monotonic() - t0
 
 

@@ -43,3 +43,22 @@ def test_mixed_models_side_by_side_are_flagged():
     assert mixed_models_warning([run("a", ("mlp_tiny",)), run("b", ("mlp_tiny",))]) is None
     warning = mixed_models_warning([run("a", ("mlp_tiny",)), run("b", ("resnet_small",))])
     assert warning is not None and "a: mlp_tiny" in warning and "b: resnet_small" in warning
+
+
+def test_compare_table_reads_at_80_columns():
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from flows.cmd_compare import HEADINGS, comparison_table
+    from flows.comparison import ComparedRun, Comparison
+
+    summary = tuple((k, 123.456) for k in HEADINGS)
+    runs = tuple(ComparedRun(f"id{i}", name, "simulated", "elastic_dp", "64", summary, ()) for i, name in enumerate(["elastic", "fixed-batch-baseline", "idle-nodes"]))
+    console = Console(width=80, record=True, force_terminal=False)
+    console.print(comparison_table(Comparison(runs, Path("x.png"))))
+    text = console.export_text()
+    assert "…" not in text, text
+    for heading in [*HEADINGS.values(), "elastic", "fixed-batch-baseline", "idle-nodes"]:
+        assert heading in text, text
+    assert max(len(line) for line in text.splitlines()) <= 80
