@@ -32,7 +32,8 @@ from elastic_tasks.executor import DaskExecutor, JobSettings, WallClock
 from elastic_tasks.recipe import load_entry_point
 from flows.flow_artifacts import ProgressArtifact, publish_results, summary_markdown
 from flows.jobfile import load_jobs_file
-from flows.record import RecordedRun, record_run
+from flows.live_tracking import LiveRecorder
+from flows.record import RecordedRun, parent_params, record_run
 from flows.retrain_flow import wait_for_workers
 from flows.settings import load_settings
 from flows.tracking import MetricPoint, tracker_from_settings
@@ -89,15 +90,27 @@ def drive(
     loop_settings: LoopSettings,
     job_settings: JobSettings,
     observer: Callable[[StepReport], None],
+    sample: Callable[[Iterable[tuple[str, JobCoordinator]]], None] | None = None,
 ) -> tuple[LoopResult, dict, int]:
-    """The loop's result, each job's measurements, and the wall-clock epoch (ms) of the loop's t = 0."""
+    """The loop's result, each job's measurements, and the wall-clock epoch (ms) of the loop's t = 0.
+
+    ``sample`` sees the running jobs' coordinators at every decision (live MLflow metrics)."""
     clock = WallClock()
     # The loop's time 0, as a timestamp: schedule and step metrics are placed from here, not
     # from the flow's start (the cluster start and warm-up come before, ~30 s on CPU).
     started_ms = int(time.time() * 1000)
     executor = DaskExecutor(client, entrypoint_for, job_settings, clock=clock)
+
+    def observe(report: StepReport) -> None:
+        observer(report)
+        if sample is not None:
+            try:
+                sample(list(executor.jobs.items()))
+            except Exception as exc:  # live metrics are a view; the run goes on without them
+                print(f"live metrics skipped: {type(exc).__name__}: {exc}")
+
     try:
-        result = run_loop(jobs, make_policy(policy), capacity, clock, executor, loop_settings, observer)
+        result = run_loop(jobs, make_policy(policy), capacity, clock, executor, loop_settings, observe)
     finally:
         executor.close()
         forget_jobs(executor.jobs.values())
@@ -181,16 +194,20 @@ def cluster_flow(
     with connect(settings.cluster.value, workers=settings.workers, address=settings.scheduler_address, kube=kube) as client:
         available = wait_for_workers(client, settings.workers if settings.cluster.value == "local" else 1)
         warm_up_workers(client, [entrypoint_for(j) for j in jobs])
-        result, results, start_ms = drive(client, jobs, chosen, len(available), loop_settings, job_settings, observe)
+        tracker = tracker_from_settings(settings)
+        name = run_name or f"cluster-{Path(jobs_file).stem}-{chosen}"
+        extra = {"jobs_file": str(jobs_file), "cluster": settings.cluster.value, "workers": len(available)}
+        live = LiveRecorder(
+            tracker, name, {j.id: j for j in jobs}, parent_params("real", chosen, len(available), loop_settings, len(jobs), extra),
+            {"malleable.mode": "real", "malleable.policy": chosen},
+        )  # fmt: skip
+        result, results, start_ms = drive(client, jobs, chosen, len(available), loop_settings, job_settings, observe, live.sample)
     wall_s = time.monotonic() - t0
     progress.update(len(jobs))
     series, finals = _measured(results, result, start_ms)
-    tracker = tracker_from_settings(settings)
-    name = run_name or f"cluster-{Path(jobs_file).stem}-{chosen}"
     recorded = record_run(
         tracker, name, result, {j.id: j for j in jobs}, mode="real", start_ms=start_ms,
-        params={"jobs_file": str(jobs_file), "cluster": settings.cluster.value, "workers": len(available)},
-        measured_series=series, measured_final=finals,
+        params=extra, measured_series=series, measured_final=finals, live=live.runs,
     )  # fmt: skip
     publish_results(
         "cluster",

@@ -11,7 +11,7 @@ from rich.table import Table
 from elastic_tasks.coordinator import JobFailed, JobResult
 from elastic_tasks.protocol import TrainConfig
 from elastic_tasks.recipe import EntryPointError, load_entry_point
-from flows.console import EXIT_FAILED, console, fail, warn
+from flows.console import EXIT_FAILED, console, err_console, fail, warn
 
 
 def parse_rescales(items: list[str], steps: int) -> list[tuple[int, int]]:
@@ -92,13 +92,14 @@ def _run(entrypoint: str, config: TrainConfig, gpus: int, schedule: list[tuple[i
 
     from elastic_tasks.cluster import WorkerPool, local_gpu_cluster, warm_up
     from elastic_tasks.coordinator import JobCoordinator
+    from flows.live import StepProgress
 
     with console.status(f"starting {n_workers} Dask worker(s)"):
         cluster = local_gpu_cluster(n_workers)
     with cluster, Client(cluster) as client:
         warm_up(client, entrypoint)
         job = JobCoordinator(client, WorkerPool(client), name, entrypoint, config)
-        with console.status(f"training {name} on {gpus} rank(s)"):
+        with StepProgress(err_console, config.max_steps, job.status):
             job.start(gpus)
             try:
                 for step, target in schedule:

@@ -64,6 +64,11 @@ def test_quickstart_as_a_newcomer_sees_it(tmp_path):
         # same clock: a job's first GPUs and its first step are moments apart, not a warm-up.
         assert len({m.timestamp for m in losses}) > 1
         assert abs(min(m.timestamp for m in gpus) - min(m.timestamp for m in losses)) < 5000
+    # MLflow while it trained: the parent run opened before the first step, and rank 0's
+    # reports were sampled into the job runs as the loop went.
+    first_step_ms = min(m.timestamp for c in children for m in mlflow.get_metric_history(c.info.run_id, "loss"))
+    assert parent.info.start_time <= first_step_ms
+    assert sum(len(mlflow.get_metric_history(c.info.run_id, "live_loss")) for c in children) >= 1
     # At least one job changed size while it ran, in place.
     assert parent.data.metrics["rescales"] >= 1
     assert sum(c.data.metrics["rescales"] for c in children) >= 1
