@@ -25,7 +25,7 @@ def training_worker_config() -> dict:
     return {"distributed": {"nanny": {"pre-spawn-environ": dict(TRAINING_WORKER_ENV)}}}
 
 
-def local_gpu_cluster(n_workers: int, *, threads_per_worker: int = 1, memory_limit: str | int | None = 0) -> LocalCluster:
+def local_gpu_cluster(n_workers: int, *, threads_per_worker: int = 1, memory_limit: str | int | None = 0, log_level: int = 40) -> LocalCluster:
     """A process-per-worker LocalCluster with ``GPU=1`` on every worker."""
     if not (isinstance(n_workers, int) and n_workers >= 1):
         raise ValueError(f"n_workers={n_workers!r}: must be a positive integer")
@@ -38,7 +38,7 @@ def local_gpu_cluster(n_workers: int, *, threads_per_worker: int = 1, memory_lim
             resources={"GPU": 1},
             dashboard_address=":0",
             memory_limit=memory_limit,
-            silence_logs=40,
+            silence_logs=log_level,  # the cluster's and workers' logging level (40: errors only)
         )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Annotated
 
@@ -95,7 +96,8 @@ def _run(entrypoint: str, config: TrainConfig, gpus: int, schedule: list[tuple[i
     from flows.live import StepProgress
 
     with console.status(f"starting {n_workers} Dask worker(s)"):
-        cluster = local_gpu_cluster(n_workers)
+        # -v (flows.console.quiet_libraries) sets this logger to INFO; the workers follow it.
+        cluster = local_gpu_cluster(n_workers, log_level=logging.getLogger("distributed").getEffectiveLevel())
     with cluster, Client(cluster) as client:
         warm_up(client, entrypoint)
         job = JobCoordinator(client, WorkerPool(client), name, entrypoint, config)
