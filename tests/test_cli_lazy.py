@@ -59,3 +59,11 @@ def test_a_command_loads_on_use_and_a_typo_is_answered():
     assert result.exit_code == 0 and "--policy" in result.output, result.output
     result = CliRunner().invoke(app, ["plna"])
     assert result.exit_code == 2 and "plan" in result.output, result.output
+
+
+def test_commands_without_a_flow_run_never_import_prefect():
+    """plan, profile, simulate, idle-nodes, compare, ui, train, hpo plan: no Prefect, so no temporary server."""
+    modules = ["flows.cmd_plan", "flows.cmd_profile", "flows.cmd_simulate", "flows.cmd_idle_nodes", "flows.cmd_compare", "flows.cmd_ui", "flows.cmd_train", "flows.cmd_hpo"]
+    probe = f"import sys\nfor m in {modules!r}:\n    __import__(m)\nprint('prefect' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "False", done.stdout + done.stderr
