@@ -25,7 +25,7 @@ def quickstart(
     from flows.live import LoopProgress
     from flows.quickstart_flow import quickstart_flow
 
-    console.print(f"[bold]malleable quickstart[/]: 3 jobs, {workers} virtual GPU workers, elastic_dp, Δ = {interval:g} s; state in {settings.state_dir}")
+    console.print(f"[bold]malleable quickstart[/]: 3 jobs, {workers} virtual GPU workers, elastic_dp, Δ = {interval:g} s; state in {settings.state_dir}", soft_wrap=True)
     t0 = time.monotonic()
     try:
         with LoopProgress(err_console) as progress:
