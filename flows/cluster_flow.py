@@ -34,7 +34,7 @@ from flows.flow_artifacts import ProgressArtifact, publish_results, summary_mark
 from flows.jobfile import load_jobs_file
 from flows.live_tracking import LiveRecorder
 from flows.record import RecordedRun, parent_params, record_run
-from flows.retrain_flow import wait_for_workers
+from flows.retrain_flow import MissingPackageError, worth_retrying, wait_for_workers
 from flows.settings import load_settings
 from flows.tracking import MetricPoint, tracker_from_settings
 
@@ -73,12 +73,18 @@ def load_jobs(jobs_file: str) -> tuple[tuple[JobSpec, ...], int | None, str | No
     return spec.jobs, spec.gpus, spec.policy
 
 
-@task(name="warm-up-workers", retries=2, retry_delay_seconds=5, cache_policy=NO_CACHE)
+@task(name="warm-up-workers", retries=2, retry_delay_seconds=5, retry_condition_fn=worth_retrying, cache_policy=NO_CACHE)
 def warm_up_workers(client: Client, entrypoints: Sequence[str]) -> None:
     """Import torch and build each recipe on every worker before the clock starts, so a job's
     first start (and every later join) costs the regroup, not a cold import."""
     for entry in sorted(set(entrypoints)):
-        warm_up(client, entry)
+        try:
+            warm_up(client, entry)
+        except ModuleNotFoundError as exc:
+            raise MissingPackageError(
+                f"the Dask scheduler or a worker cannot import {exc.name!r}: install malleable (and torch) on the "
+                "scheduler and on every worker — the scheduler unpickles each task it is sent"
+            ) from None
 
 
 @task(name="autoscaling-loop", cache_policy=NO_CACHE)

@@ -49,18 +49,22 @@ class NoGpuWorkersError(RuntimeError):
     """Workers are up but too few advertise the ``GPU`` resource: no retry will change that."""
 
 
-def _worth_retrying(task: object, task_run: object, state: object) -> bool:
-    """Retry while workers may still be starting; not when the ones that are up lack ``GPU``."""
+class MissingPackageError(RuntimeError):
+    """The scheduler (or a worker) cannot import this package: tasks cannot even be unpickled."""
+
+
+def worth_retrying(task: object, task_run: object, state: object) -> bool:
+    """Retry while workers may still be starting; not for what no wait will change."""
     try:
         state.result()  # type: ignore[attr-defined]
-    except NoGpuWorkersError:
+    except (NoGpuWorkersError, MissingPackageError):
         return False
     except Exception:
         return True
     return True
 
 
-@task(name="wait-for-workers", retries=3, retry_delay_seconds=5, retry_condition_fn=_worth_retrying, cache_policy=NO_CACHE)
+@task(name="wait-for-workers", retries=3, retry_delay_seconds=5, retry_condition_fn=worth_retrying, cache_policy=NO_CACHE)
 def wait_for_workers(client: Client, n: int, timeout_s: float = 60.0) -> list[str]:
     """The GPU workers that are up (at least ``n``, waiting up to ``timeout_s`` for ``n`` workers)."""
     client.wait_for_workers(n, timeout=timeout_s)

@@ -62,3 +62,42 @@ def test_compare_table_reads_at_80_columns():
     for heading in [*HEADINGS.values(), "elastic", "fixed-batch-baseline", "idle-nodes"]:
         assert heading in text, text
     assert max(len(line) for line in text.splitlines()) <= 80
+
+
+SCHEDULER_WITHOUT_MALLEABLE = """
+import asyncio, sys
+root = sys.argv[1]
+sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f).lower()]
+sys.path[:] = [p for p in sys.path if p.rstrip("/") != root and p not in ("", ".")]
+from distributed import Scheduler
+
+async def main():
+    async with Scheduler(host="127.0.0.1", port=0, dashboard_address=None) as s:
+        print("ADDRESS", s.address, flush=True)
+        await s.finished()
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.slow
+def test_a_scheduler_without_the_package_is_named_in_one_line(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from distributed import Client
+
+    from flows.cluster_flow import warm_up_workers
+    from flows.retrain_flow import MissingPackageError
+
+    root = str(Path(__file__).resolve().parents[1])
+    proc = subprocess.Popen([sys.executable, "-c", SCHEDULER_WITHOUT_MALLEABLE, root], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        address = next(line.split()[1] for line in proc.stdout if line.startswith("ADDRESS"))
+        with Client(address, timeout=60) as client:
+            with pytest.raises(MissingPackageError, match=r"cannot import 'elastic_tasks'.*install malleable"):
+                warm_up_workers.fn(client, ["elastic_tasks.examples:mlp_tiny"])
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
