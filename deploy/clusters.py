@@ -73,12 +73,17 @@ class KubeSpec:
 
     name: str = "malleable"
     namespace: str = "default"
-    image: str = "malleable:0.1.0-cuda"  # worker pods request GPUs: the CUDA build (deploy/Dockerfile)
+    image: str = "malleable:0.1.0"  # the scheduler's; GPU worker pods run ``gpu_image``, the CUDA build
     workers: int = 4
     gpus_per_worker: int = 1
     cpu: str = "4"
     memory: str = "16Gi"
     env: Mapping[str, str] = field(default_factory=dict)
+    # GPU pods need torch built for CUDA; the default image carries the CPU wheel. None:
+    # ``<image>-cuda`` (deploy/Dockerfile's TORCH_INDEX build argument makes it).
+    worker_image: str | None = None
+    scheduler_cpu: str = "1"
+    scheduler_memory: str = "2Gi"  # it unpickles every task, so it imports torch
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("-", "").isalnum() or self.name != self.name.lower():
@@ -91,12 +96,36 @@ class KubeSpec:
             raise ValueError(f"KubeSpec.image={self.image!r}: must name a container image")
 
 
+    @property
+    def gpu_image(self) -> str:
+        if self.worker_image:
+            return self.worker_image
+        repository, _, tag = self.image.rpartition(":")
+        if repository and "/" not in tag:
+            return f"{repository}:{tag}-cuda"
+        return f"{self.image}:latest-cuda"
+
+    def unique(self) -> KubeSpec:
+        """This spec under a name of its own: a run owns (and on close deletes) its DaskCluster,
+        so two runs must never share one."""
+        import dataclasses
+        import uuid
+
+        return dataclasses.replace(self, name=f"{self.name}-{uuid.uuid4().hex[:8]}")
+
+
+# The restricted Pod Security Standard: non-root, no privilege escalation, no capabilities,
+# the runtime's default seccomp profile (tests/test_k8s_validation.py checks every pod).
+POD_SECURITY = {"runAsNonRoot": True, "runAsUser": RUN_AS_USER, "fsGroup": RUN_AS_USER, "seccompProfile": {"type": "RuntimeDefault"}}
+
+
 def _non_root(container: dict) -> None:
     container["securityContext"] = {
         "runAsNonRoot": True,
         "runAsUser": RUN_AS_USER,
         "allowPrivilegeEscalation": False,
         "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
     }
 
 
@@ -108,6 +137,9 @@ def kube_cluster_spec(spec: KubeSpec) -> dict:
     cluster = copy.deepcopy(make_cluster_spec(name=spec.name, image=spec.image, n_workers=spec.workers, env=env or None))
     cluster["metadata"]["namespace"] = spec.namespace
     worker = cluster["spec"]["worker"]["spec"]["containers"][0]
+    worker["image"] = spec.gpu_image
+    # One Dask worker per GPU (gpu_worker_args); no memory limit in the nanny: the pod's limit
+    # bounds it, and a nanny that restarts a worker over a threshold kills a rank mid-step.
     worker["args"] = gpu_worker_args(spec.gpus_per_worker)
     worker["resources"] = {
         "limits": {K8S_GPU: spec.gpus_per_worker, "cpu": spec.cpu, "memory": spec.memory},
@@ -116,7 +148,17 @@ def kube_cluster_spec(spec: KubeSpec) -> dict:
     _non_root(worker)
     pod = cluster["spec"]["worker"]["spec"]
     pod["tolerations"] = [{"key": K8S_GPU, "operator": "Exists", "effect": "NoSchedule"}]
-    _non_root(cluster["spec"]["scheduler"]["spec"]["containers"][0])
+    pod["securityContext"] = dict(POD_SECURITY)
+    scheduler_pod = cluster["spec"]["scheduler"]["spec"]
+    scheduler = scheduler_pod["containers"][0]
+    # distributed 2026 ships no `dask-scheduler` console script: the subcommand form.
+    scheduler["args"] = ["dask", "scheduler", "--host", "0.0.0.0"]
+    scheduler["resources"] = {
+        "requests": {"cpu": spec.scheduler_cpu, "memory": spec.scheduler_memory},
+        "limits": {"memory": spec.scheduler_memory},
+    }
+    _non_root(scheduler)
+    scheduler_pod["securityContext"] = dict(POD_SECURITY)
     return cluster
 
 
@@ -131,11 +173,11 @@ def gpu_worker_args(gpus_per_pod: int) -> list[str]:
     """
     if gpus_per_pod == 1:
         return [
-            "dask", "worker", "--nthreads", "1", "--resources", f"{GPU_RESOURCE}=1",
+            "dask", "worker", "--nthreads", "1", "--memory-limit", "0", "--resources", f"{GPU_RESOURCE}=1",
             "--name", "$(DASK_WORKER_NAME)", "--dashboard", "--dashboard-address", "8788",
         ]  # fmt: skip
     return [
-        "dask", "cuda", "worker", "--nthreads", "1", "--resources", f"{GPU_RESOURCE}=1",
+        "dask", "cuda", "worker", "--nthreads", "1", "--memory-limit", "0", "--resources", f"{GPU_RESOURCE}=1",
         "--name", "$(DASK_WORKER_NAME)", "--dashboard-address", "8788",
     ]  # fmt: skip
 
@@ -159,7 +201,7 @@ def connect(kind: str, *, workers: int = 4, address: str | None = None, kube: Ku
         with Client(address) as client:
             yield client
     elif kind == "kubernetes":
-        with kubernetes_cluster(kube or KubeSpec(workers=workers)) as cluster, Client(cluster) as client:
+        with kubernetes_cluster((kube or KubeSpec(workers=workers)).unique()) as cluster, Client(cluster) as client:
             yield client
     else:
         raise ValueError(f"cluster={kind!r}: must be local, address or kubernetes")

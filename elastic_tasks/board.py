@@ -72,6 +72,15 @@ class JobBoard:
         self.client.set_metadata(key, True)
         return True
 
+    def forget(self) -> int:
+        """Remove this job's plans, rendezvous, status, events and flags from the scheduler.
+
+        A long-lived scheduler (``cluster=address``, the service) would otherwise keep every
+        finished job's state for ever. Call it once no rank of the job runs; returns how many
+        entries went.
+        """
+        return int(self.client.run_on_scheduler(_forget_on_scheduler, self._key("")))
+
     def _var(self, name: str) -> Variable:
         return Variable(f"malleable-{self.job_id}-{name}", client=self.client)
 
@@ -131,3 +140,27 @@ class JobBoard:
             if not queue.qsize():
                 return []
         return [pickle.loads(b) for b in queue.get(batch=True)]
+
+
+async def _forget_on_scheduler(prefix: str, dask_scheduler=None) -> int:  # noqa: ANN001  (runs on the scheduler)
+    """Delete every Variable, Event, Queue and metadata key named ``prefix…`` (distributed 2026.8's extensions)."""
+    removed = 0
+    metadata = dask_scheduler.task_metadata
+    for key in [k for k in metadata if isinstance(k, str) and k.startswith(prefix)]:
+        del metadata[key]
+        removed += 1
+    variables = dask_scheduler.extensions["variables"]
+    for name in [n for n in variables.variables if n.startswith(prefix)]:
+        await variables.delete(name)
+        removed += 1
+    events = dask_scheduler.extensions["events"]
+    for name in [n for n in list(events._events) if n.startswith(prefix) and not events._waiter_count.get(n)]:
+        del events._events[name]
+        events._waiter_count.pop(name, None)
+        removed += 1
+    queues = dask_scheduler.extensions["queues"]
+    for name in [n for n in queues.queues if n.startswith(prefix)]:
+        del queues.queues[name]
+        queues.client_refcount.pop(name, None)
+        removed += 1
+    return removed

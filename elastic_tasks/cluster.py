@@ -43,11 +43,13 @@ def _worker_config(extra_env: dict[str, str] | None) -> dict:
 
 
 def local_gpu_cluster(
-    n_workers: int, *, threads_per_worker: int = 1, memory_limit: str | int | None = 0, env: dict[str, str] | None = None
+    n_workers: int, *, threads_per_worker: int = 1, memory_limit: str | int | None = 0, env: dict[str, str] | None = None,
+    log_level: int = 40,
 ) -> LocalCluster | SpecCluster:
     """A process-per-worker cluster with ``GPU=1`` on every worker: one per real GPU where CUDA is present.
 
-    ``env`` is set in every worker (e.g. ``GLOO_SOCKET_IFNAME``, ``devices.socket_env``).
+    ``env`` is set in every worker (e.g. ``GLOO_SOCKET_IFNAME``, ``devices.socket_env``);
+    ``log_level`` is the cluster's and workers' logging level (40: errors only).
     """
     if not (isinstance(n_workers, int) and n_workers >= 1):
         raise ValueError(f"n_workers={n_workers!r}: must be a positive integer")
@@ -62,7 +64,7 @@ def local_gpu_cluster(
             resources={"GPU": 1},
             dashboard_address=":0",
             memory_limit=memory_limit,
-            silence_logs=40,
+            silence_logs=log_level,  # the cluster's and workers' logging level (40: errors only)
         )
 
 

@@ -13,19 +13,29 @@ materialise it from the descriptors; then all tensors travel as one flat buffer 
 and AdamW keep ``state["step"]`` on the CPU next to ``exp_avg`` on the GPU, so one buffer per
 dtype would concatenate across devices; on an nccl job the CPU buckets travel over the gloo
 side of a ``cpu:gloo,cuda:nccl`` group (see ``trainer.process_group_backend``).
+
+Checkpoints go through fsspec (a path, a mounted volume, ``s3://``…), one file written by one
+rank. torch.distributed.checkpoint is not used: it shines for *sharded* state (FSDP, tensor
+parallel), where each rank writes its shard; here every rank holds the whole replicated state,
+and DCP's save is a collective over the process group — the checkpoint-restart fallback must
+save from whichever rank survives, outside any group, and the RNG and sampler position are not
+tensors. One ``torch.save`` payload keeps that path group-free and readable by the flow.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import io
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import fsspec
 import torch
 import torch.distributed as dist
+from fsspec.core import url_to_fs
 from torch import nn
 
 from elastic_tasks.scaling import LRRamp
@@ -125,11 +135,15 @@ class ElasticState:
 
     # -- disk ------------------------------------------------------------------------------
 
-    def save(self, directory: str | os.PathLike[str]) -> Path:
-        """Write atomically (temp file + rename): a crash leaves the previous checkpoint intact."""
+    def save(self, directory: str | os.PathLike[str]) -> Path | str:
+        """Write atomically: a crash (or a reader on another pod) never sees half a checkpoint.
+
+        ``directory`` is a local path (a mounted volume included) or an fsspec URL
+        (``s3://bucket/run``, ``memory://…``), so a rank on another pod and the flow can read
+        what this rank wrote. Local: temp file, fsync, rename. Elsewhere: one whole-object
+        write, which object stores make visible all at once (they have no rename).
+        """
         self.capture_rng()
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
         payload = {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -137,24 +151,33 @@ class ElasticState:
         }
         if (scaler_state := self._scaler_state()) is not None:
             payload["scaler"] = scaler_state
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".state-", suffix=".tmp")
+        fs, root = _filesystem(directory)
+        if not _is_local(fs):
+            buffer = io.BytesIO()
+            torch.save(payload, buffer)
+            fs.makedirs(root, exist_ok=True)
+            target = f"{root}/{CHECKPOINT_NAME}"
+            fs.pipe_file(target, buffer.getvalue())
+            return _unstrip(directory, fs, target)
+        local = Path(root)
+        local.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=local, prefix=".state-", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as f:
                 torch.save(payload, f)
                 f.flush()
                 os.fsync(f.fileno())
-            target = directory / CHECKPOINT_NAME
-            os.replace(tmp, target)
+            target_path = local / CHECKPOINT_NAME
+            os.replace(tmp, target_path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-        return target
+        return target_path
 
     def load(self, directory: str | os.PathLike[str]) -> None:
-        path = Path(directory) / CHECKPOINT_NAME
-        if not path.is_file():
+        if not has_checkpoint(directory):
             raise FileNotFoundError(f"checkpoint_dir={str(directory)!r}: no {CHECKPOINT_NAME} there")
-        payload = torch.load(path, map_location="cpu", weights_only=True)
+        payload = read_checkpoint(directory)
         self.model.load_state_dict(payload["model"])
         self.optimizer.load_state_dict(payload["optimizer"])
         self.meta = _meta_from_dict(payload["meta"])
@@ -179,13 +202,36 @@ def _cuda_ready() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_initialized()
 
 
+def _filesystem(directory: str | os.PathLike[str]) -> tuple[fsspec.AbstractFileSystem, str]:
+    """The fsspec filesystem and in-filesystem path of a checkpoint directory (path or URL)."""
+    fs, root = url_to_fs(os.fspath(directory))
+    return fs, root.rstrip("/") or "/"
+
+
+def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    return "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
+
+
+def _unstrip(directory: str | os.PathLike[str], fs: fsspec.AbstractFileSystem, path: str) -> str:
+    return fs.unstrip_protocol(path) if "://" in os.fspath(directory) else path
+
+
+def read_checkpoint(directory: str | os.PathLike[str]) -> dict:
+    """The saved payload (``model``, ``optimizer``, ``meta``) from a path or fsspec URL."""
+    fs, root = _filesystem(directory)
+    with fs.open(f"{root}/{CHECKPOINT_NAME}", "rb") as f:
+        return torch.load(io.BytesIO(f.read()), map_location="cpu", weights_only=True)
+
+
 def has_checkpoint(directory: str | os.PathLike[str] | None) -> bool:
-    return directory is not None and (Path(directory) / CHECKPOINT_NAME).is_file()
+    if directory is None:
+        return False
+    fs, root = _filesystem(directory)
+    return fs.isfile(f"{root}/{CHECKPOINT_NAME}")
 
 
 def read_meta(directory: str | os.PathLike[str]) -> TrainMeta:
-    payload = torch.load(Path(directory) / CHECKPOINT_NAME, map_location="cpu", weights_only=True)
-    return _meta_from_dict(payload["meta"])
+    return _meta_from_dict(read_checkpoint(directory)["meta"])
 
 
 def _describe(obj: object) -> object:

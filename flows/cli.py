@@ -1,18 +1,104 @@
 """The ``malleable`` command line: one typer app, one module per command group.
 
-Each command lives in its own ``flows/cmd_*.py`` module exposing a function; this file only
-wires them onto the app so that modules stay small and independent.
+Each command lives in its own ``flows/cmd_*.py`` module. This file only names them: a
+command's module is imported when that command runs (or its own ``--help`` is asked for),
+so ``malleable --help`` and ``--version`` never import torch, Prefect, MLflow or Dask.
+Adding a command is one row in ``COMMANDS``.
 """
 
 from __future__ import annotations
 
-import typer
+import importlib
+from dataclasses import dataclass
+from typing import Annotated
 
-from flows import cmd_service
-from flows import cmd_compare, cmd_hpo, cmd_idle_nodes, cmd_plan, cmd_profile, cmd_quickstart, cmd_retrain, cmd_run, cmd_simulate, cmd_train, cmd_ui
+import click
+import typer
+from typer.core import TyperGroup
+
+
+@dataclass(frozen=True, slots=True)
+class LazyCommand:
+    """One CLI command: its name, ``module:attribute`` (a function or a ``typer.Typer``), and its
+    docstring's first line (a test keeps the two equal) for the root help."""
+
+    name: str
+    target: str
+    summary: str
+
+
+COMMANDS: tuple[LazyCommand, ...] = (
+    LazyCommand("quickstart", "flows.cmd_quickstart:quickstart", "Run the cluster flow on a LocalCluster: three jobs arrive, elastic_dp grows and shrinks them in place."),
+    LazyCommand("run", "flows.cmd_run:run", "Run a jobs file through the autoscaling loop: real elastic training on Dask workers, or simulated."),
+    LazyCommand("train", "flows.cmd_train:train", "Train one job elastically on a local Dask cluster and print a summary."),
+    LazyCommand("profile", "flows.cmd_profile:profile_command", "Measure per-iteration time over a batch ladder and allreduce time; print and save the profile."),
+    LazyCommand("plan", "flows.cmd_plan:plan", "Show the GPUs and batch size a policy gives each job, with predicted throughput."),
+    LazyCommand("simulate", "flows.cmd_simulate:simulate_command", "Simulate a cluster with the same autoscaling loop a real run uses."),
+    LazyCommand("idle-nodes", "flows.cmd_idle_nodes:idle_nodes_command", "Replay idle nodes under each policy and report U = A_e / A_s, throughput, rescales and solve times."),
+    LazyCommand("retrain", "flows.cmd_retrain:retrain", "Retrain one model elastically and log metrics and the model to MLflow."),
+    LazyCommand("compare", "flows.cmd_compare:compare", "Compare recorded runs (e.g. elastic vs fixed on one trace): table and per-job JCT plot."),
+    LazyCommand("ui", "flows.cmd_ui:ui", "Print the commands that open the MLflow and Prefect UIs for this project's settings."),
+    LazyCommand("hpo", "flows.cmd_hpo:app", "Deadline-constrained, cost-minimising plans for successive-halving HPO (seed 001)."),
+    LazyCommand("serve", "flows.cmd_service:serve", "Run the scheduler service until stopped (Ctrl-C / SIGTERM: running jobs checkpoint, the next service resumes them)."),
+    LazyCommand("submit", "flows.cmd_service:submit", "Submit one job (from flags) or a jobs file's jobs to the service; prints the job ids."),
+    LazyCommand("jobs", "flows.cmd_service:jobs", "The service's jobs: state, GPUs, batch, progress, ETA."),
+    LazyCommand("cancel", "flows.cmd_service:cancel", "Cancel jobs: a queued one at once, a running one when the service stops it."),
+    LazyCommand("wait", "flows.cmd_service:wait", "Wait until the jobs end; exit 0 only if all finished."),
+)
+
+
+def _load(entry: LazyCommand) -> click.Command:
+    module_name, attribute = entry.target.split(":")
+    target = getattr(importlib.import_module(module_name), attribute)
+    if isinstance(target, typer.Typer):
+        group = typer.main.get_group(target)
+        group.name = entry.name
+        return group
+    single = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    single.command(entry.name)(target)
+    return typer.main.get_command(single)
+
+
+class LazyGroup(TyperGroup):
+    """A typer group whose commands are imported on first use.
+
+    ``self.commands`` holds placeholders carrying the one-line help, so the root help and
+    "did you mean" suggestions need no imports; ``get_command`` swaps in the real command.
+    """
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self._entries = {entry.name: entry for entry in COMMANDS}
+        self._listing = False
+        for entry in COMMANDS:
+            self.commands[entry.name] = click.Command(entry.name, help=entry.summary, short_help=entry.summary)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        entry = self._entries.get(cmd_name)
+        if entry is None or self._listing:
+            return self.commands.get(cmd_name)
+        command = _load(entry)
+        self.commands[cmd_name] = command
+        return command
+
+    def invoke(self, ctx: click.Context) -> object:
+        # Before the command's module is imported: Prefect and Dask read these at import.
+        from flows.console import quiet_libraries
+
+        quiet_libraries(verbose=bool(ctx.params.get("verbose")))
+        return super().invoke(ctx)
+
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        self._listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self._listing = False
+
 
 app = typer.Typer(
     name="malleable",
+    cls=LazyGroup,
     help="Elastic deep-learning training: profile, plan, simulate, train and record.",
     no_args_is_help=True,
     add_completion=False,
@@ -20,28 +106,23 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"malleable {version('malleable')}")
+        except PackageNotFoundError:  # a checkout on PYTHONPATH, not installed
+            typer.echo("malleable (not installed)")
+        raise typer.Exit()
+
 
 @app.callback()
-def _root() -> None:
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Let Dask, Prefect and MLflow log at INFO (default: errors only).")] = False,
+) -> None:
     """Elastic deep-learning training: profile, plan, simulate, train and record."""
-
-
-app.command("plan")(cmd_plan.plan)
-app.command("profile")(cmd_profile.profile_command)
-app.command("simulate")(cmd_simulate.simulate_command)
-app.command("train")(cmd_train.train)
-app.command("idle-nodes")(cmd_idle_nodes.idle_nodes_command)
-app.command("ui")(cmd_ui.ui)
-app.command("compare")(cmd_compare.compare)
-app.command("quickstart")(cmd_quickstart.quickstart)
-app.command("run")(cmd_run.run)
-app.command("retrain")(cmd_retrain.retrain)
-app.add_typer(cmd_hpo.app, name="hpo")
-app.command("serve")(cmd_service.serve)
-app.command("submit")(cmd_service.submit)
-app.command("jobs")(cmd_service.jobs)
-app.command("cancel")(cmd_service.cancel)
-app.command("wait")(cmd_service.wait)
 
 
 def main() -> None:

@@ -23,5 +23,5 @@ def ui_commands(settings: Settings) -> list[tuple[str, str]]:
         mlflow = f"mlflow ui --backend-store-uri {uri} --port 5000   # then open http://127.0.0.1:5000"
     return [
         ("MLflow", mlflow),
-        ("Prefect", "prefect server start   # then open http://127.0.0.1:4200 (runs made with an ephemeral API are kept in ~/.prefect)"),
+        ("Prefect", "prefect server start   # then open http://127.0.0.1:4200 (runs made with an ephemeral API are kept in $PREFECT_HOME, default ~/.prefect)"),
     ]

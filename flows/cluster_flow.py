@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,14 +27,15 @@ from allocator.policies import make_policy
 from allocator.types import JobSpec
 from deploy.clusters import KubeSpec, connect
 from elastic_tasks.cluster import warm_up
+from elastic_tasks.coordinator import JobCoordinator, JobResult
 from elastic_tasks.entrypoints import resolve_workload
-from elastic_tasks.coordinator import JobResult
 from elastic_tasks.executor import JobSettings
 from elastic_tasks.recipe import load_entry_point
 from flows.flow_artifacts import ProgressArtifact, publish_results, summary_markdown
 from flows.jobfile import load_jobs_file
-from flows.record import RecordedRun, record_run
-from flows.retrain_flow import wait_for_workers
+from flows.live_tracking import LiveRecorder
+from flows.record import RecordedRun, parent_params, record_run
+from flows.retrain_flow import MissingPackageError, worth_retrying, wait_for_workers
 from flows.settings import load_settings
 from flows.tracking import MetricPoint, tracker_from_settings
 from flows.service_tasks import live_service, submit_at_arrivals, wait_for_jobs
@@ -68,12 +69,18 @@ def load_jobs(jobs_file: str) -> tuple[tuple[JobSpec, ...], int | None, str | No
     return spec.jobs, spec.gpus, spec.policy
 
 
-@task(name="warm-up-workers", retries=2, retry_delay_seconds=5, cache_policy=NO_CACHE)
+@task(name="warm-up-workers", retries=2, retry_delay_seconds=5, retry_condition_fn=worth_retrying, cache_policy=NO_CACHE)
 def warm_up_workers(client: Client, entrypoints: Sequence[str]) -> None:
     """Import torch and build each recipe on every worker before the clock starts, so a job's
     first start (and every later join) costs the regroup, not a cold import."""
     for entry in sorted(set(entrypoints)):
-        warm_up(client, entry)
+        try:
+            warm_up(client, entry)
+        except ModuleNotFoundError as exc:
+            raise MissingPackageError(
+                f"the Dask scheduler or a worker cannot import {exc.name!r}: install malleable (and torch) on the "
+                "scheduler and on every worker — the scheduler unpickles each task it is sent"
+            ) from None
 
 
 @task(name="autoscaling-loop", cache_policy=NO_CACHE)
@@ -85,20 +92,40 @@ def drive(
     job_settings: JobSettings,
     store_url: str,
     observer: Callable[[StepReport], None],
-) -> tuple[LoopResult, dict]:
+    sample: Callable[[Iterable[tuple[str, JobCoordinator]]], None] | None = None,
+) -> tuple[LoopResult, dict, int]:
     """The run's jobs through an embedded scheduler service: each submitted at its arrival time,
-    scheduled by the same store-fed loop a long-lived ``malleable serve`` runs."""
+    scheduled by the same store-fed loop a long-lived ``malleable serve`` runs. Returns the loop's
+    result, each job's measurements and the wall-clock epoch (ms) of the loop's t = 0.
+
+    ``sample`` sees the running jobs' coordinators at every decision (live MLflow metrics)."""
     config = ServiceConfig(
         store_url=store_url, checkpoint_root=job_settings.checkpoint_root or "", policy=policy,
         interval_s=loop_settings.interval_s, overflow=loop_settings.overflow, react=loop_settings.react_to_events,
         strict_fifo=loop_settings.strict_fifo, checkpoint_every=max(1, job_settings.checkpoint_every or 50),
         collective_timeout_s=job_settings.timeout_s, tracking_uri=None,  # the flow records the run itself
     )  # fmt: skip
-    with EmbeddedService(config, client, observer=observer) as service:
+    holder: list[EmbeddedService] = []
+
+    def observe(report: StepReport) -> None:
+        observer(report)
+        executor = holder[0].service.executor if holder else None
+        if sample is not None and executor is not None:
+            try:
+                sample([(holder[0].names.get(j, j), job) for j, job in list(executor.jobs.items())])
+            except Exception as exc:  # live metrics are a view; the run goes on without them
+                print(f"live metrics skipped: {type(exc).__name__}: {exc}")
+
+    with EmbeddedService(config, client, observer=observe) as service:
+        holder.append(service)
         ids = service.submit_at_arrivals(jobs, key_prefix=Path(store_url).name)
         service.wait(list(ids.values()))
-    names = {store_id: name for name, store_id in ids.items()}
-    return named(service.result, names), {names[j]: r for j, r in service.job_results().items() if j in names}
+    executor = service.service.executor
+    if executor is not None:
+        forget_jobs(executor.jobs.values())
+    names = service.names
+    results = {names[j]: r for j, r in service.job_results().items() if j in names}
+    return named(service.result, names), results, service.service.started_ms
 
 
 def named(result: LoopResult, names: Mapping[str, str]) -> LoopResult:
@@ -111,14 +138,34 @@ def named(result: LoopResult, names: Mapping[str, str]) -> LoopResult:
     )
 
 
-def _measured(results: dict) -> tuple[dict[str, list[MetricPoint]], dict[str, dict[str, float]]]:
+def forget_jobs(coordinators: Iterable[JobCoordinator]) -> None:
+    """Clear finished jobs' plans, Variables and Events off the scheduler (it may outlive us)."""
+    for job in coordinators:
+        try:
+            job.board.forget()
+        except Exception as exc:  # the run's result stands; a scheduler already gone has nothing to clear
+            print(f"could not clear job {job.board.job_id} off the scheduler: {type(exc).__name__}: {exc}")
+
+
+def step_timestamps_ms(history: Sequence, job_start_ms: int) -> list[int]:
+    """When each step began: the job's start plus the recording rank's step durations before it."""
+    out, elapsed_s = [], 0.0
+    for rec in history:
+        out.append(job_start_ms + int(elapsed_s * 1000))
+        elapsed_s += max(0.0, rec.wall_s)
+    return out
+
+
+def _measured(results: dict, result: LoopResult, started_ms: int) -> tuple[dict[str, list[MetricPoint]], dict[str, dict[str, float]]]:
     series: dict[str, list[MetricPoint]] = {}
     finals: dict[str, dict[str, float]] = {}
+    starts = {r.job_id: r.start for r in result.jobs}
     for job_id, r in results.items():
+        job_start_ms = started_ms + int((starts.get(job_id) or 0.0) * 1000)
         series[job_id] = [
             p
-            for rec in r.history
-            for p in (MetricPoint("loss", rec.loss, rec.step), MetricPoint("train_accuracy", rec.accuracy, rec.step), MetricPoint("lr", rec.lr, rec.step))
+            for rec, ts in zip(r.history, step_timestamps_ms(r.history, job_start_ms))
+            for p in (MetricPoint("loss", rec.loss, rec.step, ts), MetricPoint("train_accuracy", rec.accuracy, rec.step, ts), MetricPoint("lr", rec.lr, rec.step, ts))
         ]
         final = {"steps": float(r.steps), "samples_seen": float(r.samples_seen)}
         if r.eval_accuracy is not None:
@@ -155,7 +202,7 @@ def cluster_flow(
     chosen = policy or file_policy or settings.policy
     make_policy(chosen)
     loop_settings = LoopSettings(interval_s=settings.interval_s, overflow=OverflowMode(settings.overflow), react_to_events=react)
-    job_settings = JobSettings(timeout_s=collective_timeout_s, checkpoint_root=str(settings.resolved_checkpoint_dir.resolve() / f"cluster-{int(time.time())}"))
+    job_settings = JobSettings(timeout_s=collective_timeout_s, checkpoint_root=settings.checkpoint_location(f"cluster-{int(time.time())}"))
     progress = ProgressArtifact(f"jobs finished of {len(jobs)}", len(jobs))
 
     def observe(report: StepReport) -> None:
@@ -176,22 +223,25 @@ def cluster_flow(
         return ClusterOutcome(None, None, time.monotonic() - t0, {}, tuple(rows))
 
     kube = KubeSpec(namespace=settings.kube_namespace, image=settings.kube_image, workers=settings.workers, env=settings.worker_env)
-    start_ms = int(time.time() * 1000)
     t0 = time.monotonic()
     run_dir = settings.state_dir.resolve() / "runs" / f"{Path(jobs_file).stem}-{int(time.time())}"
     with connect(settings.cluster.value, workers=settings.workers, address=settings.scheduler_address, kube=kube) as client:
         available = wait_for_workers(client, settings.workers if settings.cluster.value == "local" else 1)
         warm_up_workers(client, [entrypoint_for(j) for j in jobs])
-        result, results = drive(client, jobs, chosen, loop_settings, job_settings, f"sqlite:///{run_dir / 'jobs.db'}", observe)
+        tracker = tracker_from_settings(settings)
+        name = run_name or f"cluster-{Path(jobs_file).stem}-{chosen}"
+        extra = {"jobs_file": str(jobs_file), "cluster": settings.cluster.value, "workers": len(available)}
+        live = LiveRecorder(
+            tracker, name, {j.id: j for j in jobs}, parent_params("real", chosen, len(available), loop_settings, len(jobs), extra),
+            {"malleable.mode": "real", "malleable.policy": chosen},
+        )  # fmt: skip
+        result, results, start_ms = drive(client, jobs, chosen, loop_settings, job_settings, f"sqlite:///{run_dir / 'jobs.db'}", observe, live.sample)
     wall_s = time.monotonic() - t0
     progress.update(len(jobs))
-    series, finals = _measured(results)
-    tracker = tracker_from_settings(settings)
-    name = run_name or f"cluster-{Path(jobs_file).stem}-{chosen}"
+    series, finals = _measured(results, result, start_ms)
     recorded = record_run(
         tracker, name, result, {j.id: j for j in jobs}, mode="real", start_ms=start_ms,
-        params={"jobs_file": str(jobs_file), "cluster": settings.cluster.value, "workers": len(available)},
-        measured_series=series, measured_final=finals,
+        params=extra, measured_series=series, measured_final=finals, live=live.runs,
     )  # fmt: skip
     publish_results(
         "cluster",

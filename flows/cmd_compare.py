@@ -9,23 +9,34 @@ import typer
 from rich.table import Table
 
 from flows.cli_common import settings_or_fail
-from flows.compare_flow import CompareError, Comparison, check_runs, compare_flow
-from flows.console import console, fail
+from flows.comparison import CompareError, Comparison, check_runs, compare_runs, mixed_models_warning
+from flows.console import console, fail, warn
 
 
 def comparison_table(comparison: Comparison) -> Table:
+    """One column per run, one row per figure: it reads at 80 columns for a handful of runs,
+    where a column per figure cut every heading to one letter."""
     table = Table(title="recorded runs side by side")
-    for col in ("run", "mode", "policy"):
-        table.add_column(col, no_wrap=True)
-    for col in ("GPUs", *HEADINGS.values()):
-        table.add_column(col, justify="right")
+    table.add_column("", no_wrap=True, style="bold")
     for r in comparison.runs:
-        table.add_row(r.name, r.mode, r.policy, r.capacity, *(_fmt(r.value(k)) for k in HEADINGS))
+        table.add_column(r.name, justify="right", overflow="fold")
+    table.add_row("mode", *(r.mode for r in comparison.runs))
+    table.add_row("policy", *(r.policy for r in comparison.runs))
+    table.add_row("GPUs", *(r.capacity for r in comparison.runs))
+    for key, heading in HEADINGS.items():
+        table.add_row(heading, *(_fmt(r.value(key)) for r in comparison.runs))
     return table
 
 
 # The columns that fit a terminal; every summary metric is in MLflow and the flow's artifact.
-HEADINGS = {"jobs_completed": "done", "avg_jct_s": "avg JCT s", "p95_jct_s": "p95 JCT s", "gpu_utilisation": "util", "rescales": "rescales", "makespan_s": "makespan s"}
+HEADINGS = {
+    "jobs_completed": "jobs done",
+    "avg_jct_s": "avg JCT s",
+    "p95_jct_s": "p95 JCT s",
+    "gpu_utilisation": "GPU utilisation",
+    "rescales": "rescales",
+    "makespan_s": "makespan s",
+}
 
 
 def _fmt(value: float | None) -> str:
@@ -43,8 +54,11 @@ def compare(
         fail(f"last={last}: must be >= 1")
     try:
         check_runs(run_ids or [])
-        comparison = compare_flow(run_ids=run_ids or None, last=last, out=str(out))
+        comparison = compare_runs(run_ids or [], last, out)  # read-only: no flow run, no Prefect server
     except CompareError as exc:
         fail(str(exc), code=1)
     console.print(comparison_table(comparison))
+    warning = mixed_models_warning(comparison.runs)
+    if warning:
+        warn(warning)
     console.print(f"plot written to [bold]{comparison.png}[/]")

@@ -9,7 +9,7 @@ import typer
 
 from flows.cli_common import settings_or_fail
 from flows.cmd_run import outcome_table, print_ui_hint
-from flows.console import EXIT_FAILED, console, fail
+from flows.console import EXIT_FAILED, console, err_console, fail
 
 
 def quickstart(
@@ -22,12 +22,14 @@ def quickstart(
     settings = settings_or_fail(workers=workers, interval_s=interval)
     if not (scale > 0):
         fail(f"scale={scale}: must be > 0")
+    from flows.live import LoopProgress
     from flows.quickstart_flow import quickstart_flow
 
-    console.print(f"[bold]malleable quickstart[/]: 3 jobs, {workers} virtual GPU workers, elastic_dp, Δ = {interval:g} s; state in {settings.state_dir}")
+    console.print(f"[bold]malleable quickstart[/]: 3 jobs, {workers} virtual GPU workers, elastic_dp, Δ = {interval:g} s; state in {settings.state_dir}", soft_wrap=True)
     t0 = time.monotonic()
     try:
-        outcome = quickstart_flow(workers=workers, scale=scale, interval_s=interval)
+        with LoopProgress(err_console) as progress:
+            outcome = quickstart_flow(workers=workers, scale=scale, interval_s=interval, on_step=progress)
     except Exception as exc:
         fail(f"quickstart failed: {type(exc).__name__}: {exc}", code=EXIT_FAILED)
     rec = outcome.recorded

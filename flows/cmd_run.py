@@ -10,7 +10,7 @@ from rich.table import Table
 
 from allocator.policies import UnknownPolicyError, make_policy
 from flows.cli_common import settings_or_fail, ui_commands
-from flows.console import EXIT_FAILED, console, fail
+from flows.console import EXIT_FAILED, console, err_console, fail
 from flows.jobfile import load_jobs_file
 from flows.record import JobOutcome
 
@@ -70,9 +70,11 @@ def run(
         console.print(f"MLflow parent run [bold]{outcome.recorded.parent_run}[/]")
     else:
         from flows.cluster_flow import cluster_flow
+        from flows.live import LoopProgress
 
         try:
-            outcome = cluster_flow(str(jobs_file), workers=workers, policy=policy, interval_s=interval, run_name=name)
+            with LoopProgress(err_console, len(spec.jobs)) as progress:
+                outcome = cluster_flow(str(jobs_file), workers=workers, policy=policy, interval_s=interval, run_name=name, on_step=progress)
         except Exception as exc:  # the flow run is recorded as failed in Prefect; say why in one line
             fail(f"cluster run failed: {type(exc).__name__}: {exc}", code=EXIT_FAILED)
         if outcome.recorded is None:

@@ -41,7 +41,7 @@ def serve(
     try:
         config = ServiceConfig(
             store_url=settings.resolved_job_store,
-            checkpoint_root=str((settings.resolved_checkpoint_dir / "service").resolve()),
+            checkpoint_root=settings.checkpoint_location("service"),
             policy=settings.policy, interval_s=settings.interval_s, overflow=settings.overflow, react=settings.react,
             poll_s=settings.service_poll_s, checkpoint_every=settings.checkpoint_every, tracking_uri=settings.resolved_tracking_uri,
             experiment=settings.experiment,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Annotated
 
@@ -12,7 +13,7 @@ from elastic_tasks.coordinator import JobFailed, JobResult
 from elastic_tasks.protocol import TrainConfig
 from elastic_tasks.preflight import check_recipe
 from elastic_tasks.recipe import EntryPointError, load_entry_point
-from flows.console import EXIT_FAILED, console, fail
+from flows.console import EXIT_FAILED, console, err_console, fail, warn
 
 
 def parse_rescales(items: list[str], steps: int) -> list[tuple[int, int]]:
@@ -77,7 +78,15 @@ def train(
         result = _run(entrypoint, config, gpus, schedule, n_workers, restart, recipe.name)
     except (JobFailed, TimeoutError) as exc:
         fail(str(exc), EXIT_FAILED)
+    for step, target in missed_rescales(schedule, result):
+        warn(f"--rescale-at={step}:{target} did not happen (the job ended first, or it already had {target} GPUs)")
     _summary(result, recipe.name)
+
+
+def missed_rescales(schedule: list[tuple[int, int]], result: JobResult) -> list[tuple[int, int]]:
+    """The requested (step, gpus) rescales no generation after the first carried out."""
+    done = [(r.step, r.after) for r in result.rescales[1:]]
+    return [(step, gpus) for step, gpus in schedule if not any(d_step >= step and d_after == gpus for d_step, d_after in done)]
 
 
 def _run(entrypoint: str, config: TrainConfig, gpus: int, schedule: list[tuple[int, int]], n_workers: int, restart: bool, name: str) -> JobResult:
@@ -86,17 +95,23 @@ def _run(entrypoint: str, config: TrainConfig, gpus: int, schedule: list[tuple[i
 
     from elastic_tasks.cluster import WorkerPool, local_gpu_cluster, warm_up
     from elastic_tasks.coordinator import JobCoordinator
+    from flows.live import StepProgress
 
     with console.status(f"starting {n_workers} Dask worker(s)"):
-        cluster = local_gpu_cluster(n_workers)
+        # -v (flows.console.quiet_libraries) sets this logger to INFO; the workers follow it.
+        cluster = local_gpu_cluster(n_workers, log_level=logging.getLogger("distributed").getEffectiveLevel())
     with cluster, Client(cluster) as client:
         warm_up(client, entrypoint)
         job = JobCoordinator(client, WorkerPool(client), name, entrypoint, config)
-        with console.status(f"training {name} on {gpus} rank(s)"):
+        with StepProgress(err_console, config.max_steps, job.status):
             job.start(gpus)
-            for step, target in schedule:
-                (job.restart_rescale if restart else job.rescale)(target, at_step=step)
-            return job.wait()
+            try:
+                for step, target in schedule:
+                    (job.restart_rescale if restart else job.rescale)(target, at_step=step)
+                return job.wait()
+            finally:
+                job.close()
+                job.board.forget()
 
 
 def _summary(result: JobResult, name: str) -> None:

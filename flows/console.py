@@ -1,7 +1,10 @@
-"""Shared terminal helpers for CLI commands: one-line errors and exit codes scripts can trust."""
+"""Shared terminal helpers for CLI commands: one-line errors and warnings, exit codes scripts can
+trust, and a quiet default for the libraries underneath (``-v`` lets them speak)."""
 
 from __future__ import annotations
 
+import logging
+import os
 from typing import NoReturn
 
 import typer
@@ -15,9 +18,59 @@ EXIT_BAD_INPUT = 2
 console = Console()
 err_console = Console(stderr=True)
 
+# Loggers that speak at INFO through a normal run (Dask's cluster start-up and shutdown,
+# Prefect's flow-run chatter, MLflow's store migrations, the HTTP clients).
+CHATTY_LOGGERS = ("distributed", "prefect", "mlflow", "alembic", "httpx", "urllib3", "asyncio", "tornado")
+
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     """Print one red line (no traceback) and exit with ``code``."""
     # Escaped: a message that names ``TrainingRecipe[name].field`` must not read as rich markup.
     err_console.print(f"[bold red]error:[/] {escape(message)}", markup=True, highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+def warn(message: str) -> None:
+    """Print one yellow line on stderr; the command goes on."""
+    err_console.print(f"[bold yellow]warning:[/] {message}", markup=True, highlight=False, soft_wrap=True)
+
+
+def library_environment(verbose: bool) -> dict[str, str]:
+    """Environment variables that keep Dask worker subprocesses and Prefect quiet by default.
+
+    Read by processes started after they are set (Dask workers read ``DASK_LOGGING__*`` at
+    import; Prefect reads its settings at import), so ``quiet_libraries`` sets them first.
+    """
+    always = {
+        # Prefect's usage telemetry writes to its local database on first use and, when
+        # another process holds it, prints "database is locked" tracebacks into our output.
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        # The temporary server gets 20 s to start by default; on a loaded 2-core machine it
+        # took longer and the command died with "Timed out ... ephemeral Prefect API server".
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+    }
+    if verbose:
+        return always
+    return {
+        **always,
+        "DASK_LOGGING__DISTRIBUTED": "error",
+        "PREFECT_LOGGING_LEVEL": "WARNING",
+        # A failed flow or task run is logged with its traceback by Prefect's engine; the
+        # command reports the same failure itself in one line.
+        "PREFECT_LOGGING_LOGGERS_PREFECT_FLOW_RUNS_LEVEL": "CRITICAL",
+        "PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL": "CRITICAL",
+        "PREFECT_SERVER_LOGGING_LEVEL": "ERROR",
+        "MLFLOW_LOGGING_LEVEL": "WARNING",
+    }
+
+
+def quiet_libraries(verbose: bool = False) -> None:
+    """Default output is ours: libraries log warnings and errors only, unless ``verbose``.
+
+    A user's own ``PREFECT_*``/``DASK_*`` settings win (``setdefault``).
+    """
+    for name, value in library_environment(verbose).items():
+        os.environ.setdefault(name, value)
+    level = logging.INFO if verbose else logging.ERROR
+    for name in CHATTY_LOGGERS:
+        logging.getLogger(name).setLevel(level)

@@ -8,12 +8,14 @@ grows and shrinks in place, recorded in MLflow and Prefect.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 from prefect import flow
 
+from allocator.loop import StepReport
 from allocator.profile_io import profile_to_dict
 from flows.cluster_flow import ClusterOutcome, cluster_flow
 from flows.profile_flow import profile_flow
@@ -59,12 +61,14 @@ def quickstart_jobs_file(path: Path, profile: dict, workers: int, scale: float, 
 
 
 @flow(name="quickstart", log_prints=True)
-def quickstart_flow(workers: int = 4, scale: float = 1.0, interval_s: float = 5.0, model: str = MODEL) -> ClusterOutcome:
-    """Three jobs, ``workers`` virtual GPUs, elastic_dp; ``scale`` shrinks the work (tests)."""
+def quickstart_flow(
+    workers: int = 4, scale: float = 1.0, interval_s: float = 5.0, model: str = MODEL, on_step: Callable[[StepReport], None] | None = None
+) -> ClusterOutcome:
+    """Three jobs, ``workers`` virtual GPUs, elastic_dp; ``scale`` shrinks the work (tests); ``on_step`` sees every decision."""
     if not (scale > 0):
         raise ValueError(f"scale={scale!r}: must be > 0")
     settings = load_settings(workers=workers, interval_s=interval_s)
     profile = profile_flow(f"elastic_tasks.examples:{model}", batch_sizes=[16, 32, 64], repeats=3, warmup=1)
     jobs_file = quickstart_jobs_file(settings.state_dir / "quickstart" / "jobs.yaml", profile_to_dict(profile), workers, scale, model)
     print(f"jobs file written to {jobs_file}")
-    return cluster_flow(str(jobs_file), workers=workers, policy="elastic_dp", interval_s=interval_s, run_name="quickstart", to_running_service=False)
+    return cluster_flow(str(jobs_file), workers=workers, policy="elastic_dp", interval_s=interval_s, run_name="quickstart", on_step=on_step, to_running_service=False)

@@ -12,13 +12,17 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from allocator.loop import LoopResult
+from allocator.loop import LoopResult, LoopSettings
 from allocator.metrics import RunMetrics, schedule_csv, summarise
 from allocator.throughput import throughput
 from allocator.types import JobSpec
 from flows.plots import plot_completed, plot_gpus_per_job
 from flows.tracking import MetricPoint, Tracker
+
+if TYPE_CHECKING:
+    from flows.live_tracking import LiveRuns
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +123,20 @@ def summary_metrics(m: RunMetrics) -> dict[str, float]:
     return {k: float(v) for k, v in values.items() if v is not None}
 
 
+def parent_params(mode: str, policy: str, capacity: int, settings: LoopSettings, jobs: int, extra: Mapping[str, object] | None = None) -> dict[str, object]:
+    """The parent run's parameters (known before the loop starts, so a live run logs them first)."""
+    return {
+        "mode": mode,
+        "policy": policy,
+        "capacity": capacity,
+        "interval_s": settings.interval_s,
+        "overflow": settings.overflow.value,
+        "react_to_events": settings.react_to_events,
+        "jobs": jobs,
+        **(extra or {}),
+    }
+
+
 def record_run(
     tracker: Tracker,
     name: str,
@@ -131,26 +149,25 @@ def record_run(
     measured_series: Mapping[str, Sequence[MetricPoint]] | None = None,
     measured_final: Mapping[str, Mapping[str, float]] | None = None,
     parent: str | None = None,
+    live: LiveRuns | None = None,
 ) -> RecordedRun:
-    """Log ``result`` as a parent run with nested job runs; returns their ids (or offline refs)."""
+    """Log ``result`` as a parent run with nested job runs; returns their ids (or offline refs).
+
+    ``live``: runs opened while the loop ran (``flows.live_tracking``); they are completed
+    rather than created again."""
     metrics = summarise(result, specs)
-    run_params = {
-        "mode": mode,
-        "policy": result.policy,
-        "capacity": result.capacity,
-        "interval_s": result.settings.interval_s,
-        "overflow": result.settings.overflow.value,
-        "react_to_events": result.settings.react_to_events,
-        "jobs": len(specs),
-        **(params or {}),
-    }
-    parent_run = tracker.start_run(name, parent=parent, params=run_params, tags={"malleable.mode": mode, "malleable.policy": result.policy})
+    run_params = parent_params(mode, result.policy, result.capacity, result.settings, len(specs), params)
+    if live is None:
+        parent_run = tracker.start_run(name, parent=parent, params=run_params, tags={"malleable.mode": mode, "malleable.policy": result.policy})
+    else:
+        parent_run = live.parent_run
     tracker.log_metrics(parent_run, _cluster_points(result, start_ms))
     job_runs: dict[str, str] = {}
     outs = outcomes(result, measured_final)
     for out in outs:
         spec = specs[out.job_id]
-        run = tracker.start_run(out.job_id, parent=parent_run, params=job_params(spec), tags={"malleable.mode": mode})
+        opened = None if live is None else live.job_runs.get(out.job_id)
+        run = opened or tracker.start_run(out.job_id, parent=parent_run, params=job_params(spec), tags={"malleable.mode": mode})
         job_runs[out.job_id] = run
         points = _schedule_points(result, spec, start_ms) + list((measured_series or {}).get(out.job_id, ()))
         final = {"rescales": float(out.rescales)}
@@ -158,8 +175,11 @@ def record_run(
             final["jct_s"] = out.jct_s
         if out.start_s is not None:
             final["queue_delay_s"] = out.start_s - out.arrival_s
-        final.update({k: float(v) for k, v in (measured_final or {}).get(out.job_id, {}).items()})
-        points += [MetricPoint(k, v, int(round(result.end_time)), start_ms + int(result.end_time * 1000)) for k, v in final.items()]
+        # Measured end values under final_*: "loss" is also the per-step series, and a final
+        # value logged into it (at a step that was really a time) would bend its curve.
+        final.update({f"final_{k}": float(v) for k, v in (measured_final or {}).get(out.job_id, {}).items()})
+        ended_ms = start_ms + int((out.finish_s if out.finish_s is not None else result.end_time) * 1000)
+        points += [MetricPoint(k, v, 0, ended_ms) for k, v in final.items()]
         tracker.log_metrics(run, points)
         tracker.end_run(run, "FINISHED" if out.finish_s is not None else "KILLED")
     end = int(round(result.end_time))

@@ -24,7 +24,7 @@ from elastic_tasks.cluster import WorkerPool
 from elastic_tasks.coordinator import JobCoordinator, JobResult
 from elastic_tasks.protocol import TrainConfig
 from elastic_tasks.recipe import load_entry_point
-from elastic_tasks.state import CHECKPOINT_NAME
+from elastic_tasks.state import read_checkpoint
 from flows.flow_artifacts import artifact_key
 from flows.plan_flow import plan_jobs
 from flows.profile_flow import profile_flow
@@ -45,13 +45,36 @@ class RetrainOutcome:
     model_uri: str | None
 
 
-@task(name="wait-for-workers", retries=3, retry_delay_seconds=5, cache_policy=NO_CACHE)
+class NoGpuWorkersError(RuntimeError):
+    """Workers are up but too few advertise the ``GPU`` resource: no retry will change that."""
+
+
+class MissingPackageError(RuntimeError):
+    """The scheduler (or a worker) cannot import this package: tasks cannot even be unpickled."""
+
+
+def worth_retrying(task: object, task_run: object, state: object) -> bool:
+    """Retry while workers may still be starting; not for what no wait will change."""
+    try:
+        state.result()  # type: ignore[attr-defined]
+    except (NoGpuWorkersError, MissingPackageError):
+        return False
+    except Exception:
+        return True
+    return True
+
+
+@task(name="wait-for-workers", retries=3, retry_delay_seconds=5, retry_condition_fn=worth_retrying, cache_policy=NO_CACHE)
 def wait_for_workers(client: Client, n: int, timeout_s: float = 60.0) -> list[str]:
-    """The GPU workers that are up (at least ``n``, waiting up to ``timeout_s``)."""
+    """The GPU workers that are up (at least ``n``, waiting up to ``timeout_s`` for ``n`` workers)."""
     client.wait_for_workers(n, timeout=timeout_s)
     workers = gpu_workers(client)
     if len(workers) < n:
-        raise RuntimeError(f"only {len(workers)} GPU workers of {n} are up")
+        total = len(client.scheduler_info(n_workers=-1)["workers"])
+        raise NoGpuWorkersError(
+            f"{len(workers)} of the {total} Dask workers offer the GPU resource, {n} needed: start one worker per GPU "
+            "with `dask worker <scheduler address> --nthreads 1 --resources GPU=1`"
+        )
     return workers
 
 
@@ -60,7 +83,11 @@ def train(client: Client, job_id: str, entrypoint: str, share: Share, config: Tr
     coordinator = JobCoordinator(client, WorkerPool(client), job_id, entrypoint, config)
     t0 = time.monotonic()
     coordinator.start(share.gpus, share.batch)
-    result = coordinator.wait(timeout=timeout_s)
+    try:
+        result = coordinator.wait(timeout=timeout_s)
+    finally:
+        coordinator.close()
+        coordinator.board.forget()  # a long-lived scheduler keeps nothing of this job
     return result, time.monotonic() - t0
 
 
@@ -77,13 +104,13 @@ def step_points(result: JobResult) -> list[MetricPoint]:
     return points
 
 
-def save_model_dir(entrypoint: str, checkpoint_dir: Path, out: Path) -> Path:
+def save_model_dir(entrypoint: str, checkpoint_dir: Path | str, out: Path) -> Path:
     """The final checkpoint's weights in the recipe's model, saved in MLflow's pytorch format."""
     import mlflow.pytorch
 
     recipe = load_entry_point(entrypoint)
     model = recipe.build_model()
-    payload = torch.load(checkpoint_dir / CHECKPOINT_NAME, map_location="cpu", weights_only=True)
+    payload = read_checkpoint(checkpoint_dir)  # a path or a URL (s3://…): where the ranks wrote it
     model.load_state_dict(payload["model"])
     model.eval()
     # "pickle": the default "pt2" needs an input example to trace; a recipe need not give one.
@@ -122,7 +149,7 @@ def retrain_flow(
         plan = plan_jobs([spec], len(available), settings.policy)
         share = plan.jobs[0].share
         assert share is not None
-        checkpoint_dir = settings.resolved_checkpoint_dir / f"retrain-{job_id}-{uuid.uuid4().hex[:8]}"
+        checkpoint_dir = settings.checkpoint_location(f"retrain-{job_id}-{uuid.uuid4().hex[:8]}")
         config = TrainConfig(global_batch=share.batch, total_samples=total, max_batch_per_gpu=profile.max_batch_per_gpu, checkpoint_dir=str(checkpoint_dir))
         run = tracker.start_run(
             f"retrain-{job_id}",

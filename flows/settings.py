@@ -36,7 +36,9 @@ class Settings(BaseSettings):
     state_dir: Path = Field(Path(".malleable"), description="Where local state lives: MLflow sqlite, checkpoints, profile cache, metric buffer.")
     tracking_uri: str | None = Field(None, description="MLflow tracking URI (default: sqlite:///<state_dir>/mlflow.db).")
     experiment: str = Field("malleable", min_length=1, description="MLflow experiment name.")
-    checkpoint_dir: Path | None = Field(None, description="Checkpoints (default: <state_dir>/checkpoints).")
+    checkpoint_dir: str | None = Field(
+        None, description="Checkpoints: a path (a shared volume on a cluster) or an fsspec URL such as s3://bucket/malleable (default: <state_dir>/checkpoints)."
+    )
     cluster: ClusterKind = Field(ClusterKind.LOCAL, description="Where Dask workers come from: local, address or kubernetes.")
     scheduler_address: str | None = Field(None, description="Dask scheduler, e.g. tcp://10.0.0.5:8786 (cluster=address).")
     workers: int = Field(4, ge=1, le=4096, description="(Virtual) GPU workers: one Dask worker each, resource GPU=1.")
@@ -76,7 +78,17 @@ class Settings(BaseSettings):
 
     @property
     def resolved_checkpoint_dir(self) -> Path:
-        return self.checkpoint_dir if self.checkpoint_dir is not None else self.state_dir / "checkpoints"
+        """The checkpoint directory as a local path (a mounted volume counts); see ``checkpoint_location``."""
+        if self.checkpoint_dir is not None and "://" in self.checkpoint_dir:
+            raise SettingsError(f"MALLEABLE_CHECKPOINT_DIR={self.checkpoint_dir!r}: this command needs a local or mounted path, not a URL")
+        return Path(self.checkpoint_dir) if self.checkpoint_dir is not None else self.state_dir / "checkpoints"
+
+    def checkpoint_location(self, name: str) -> str:
+        """Where a run's checkpoints go: ``<checkpoint dir>/<name>``, an absolute path or a URL
+        (``s3://…``), so ranks on other machines and the flow resolve it the same way."""
+        if self.checkpoint_dir is not None and "://" in self.checkpoint_dir:
+            return f"{self.checkpoint_dir.rstrip('/')}/{name}"
+        return str(self.resolved_checkpoint_dir.resolve() / name)
 
     @property
     def buffer_path(self) -> Path:

@@ -54,6 +54,18 @@ def _unreachable(exc: BaseException) -> bool:
     return False
 
 
+def _host(uri: str) -> str:
+    from urllib.parse import urlsplit
+
+    return urlsplit(uri).netloc or uri
+
+
+def _refused(exc: BaseException) -> bool:
+    """Did a server answer 403? MLflow's server does so to any client whose Host header its
+    ``--allowed-hosts`` does not list (``Invalid Host header``), while ``/health`` still passes."""
+    return isinstance(exc, MlflowException) and "error code 403" in str(exc)
+
+
 def _say(message: str) -> None:
     from flows.console import err_console
 
@@ -169,7 +181,7 @@ class Tracker:
             try:
                 self._send(op)
             except Exception as exc:
-                if not _unreachable(exc):
+                if not (_refused(exc) or _unreachable(exc)):
                     raise
                 self._rewrite([{"op": "refs", "map": self._refs}, *ops[i:]])
                 return False
@@ -188,12 +200,19 @@ class Tracker:
             try:
                 return self._send(op)
             except Exception as exc:
-                if not _unreachable(exc):
+                refused = _refused(exc)
+                if not (refused or _unreachable(exc)):
                     raise
                 if not self._told:
+                    why = (
+                        f"refuses this client (403; start the server with --allowed-hosts listing "
+                        f"{_host(self.tracking_uri)!r})"
+                        if refused
+                        else "is unreachable"
+                    )
                     self._notify(
-                        f"MLflow at {self.tracking_uri} is unreachable; training goes on and tracking calls are "
-                        f"buffered in {self.buffer_path} until it returns."
+                        f"MLflow at {self.tracking_uri} (MALLEABLE_TRACKING_URI) {why}; training goes on and tracking "
+                        f"calls are buffered in {self.buffer_path} until it answers."
                     )
                     self._told = True
                 self._last_try = time.monotonic()

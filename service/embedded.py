@@ -27,6 +27,7 @@ class EmbeddedService:
         self.service = Service(config, say=say)
         self.client, self.observer = client, observer
         self.jobs = ServiceClient(self.service.store, submitter="embedded")
+        self.names: dict[str, str] = {}  # store id -> the name the job was submitted under
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
 
@@ -60,6 +61,7 @@ class EmbeddedService:
                 self._check()
                 time.sleep(delay)
             ids[spec.id] = self.jobs.submit_specs([spec], key_prefix=key_prefix)[0].job_id
+            self.names[ids[spec.id]] = spec.id
         return ids
 
     def wait(self, job_ids: Sequence[str], poll_s: float = 0.2) -> list[JobRow]:

@@ -13,7 +13,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from distributed import Client
 
@@ -71,6 +70,7 @@ class Service:
         self.lease = Lease(self.store, config.lease_ttl_s)
         self.result: LoopResult | None = None
         self.executor: DaskExecutor | None = None
+        self.started_ms = 0
         self._taken: Taken | None = None
 
     def acquire(self) -> None:
@@ -94,7 +94,8 @@ class Service:
         self.stopping.set()
 
     def checkpoint_dir(self, job_id: str) -> str:
-        return str(Path(self.config.checkpoint_root) / job_id)
+        # A path or an fsspec URL (s3://...): joined as text, not as a local Path.
+        return f"{self.config.checkpoint_root.rstrip('/')}/{job_id}"
 
     def run(self, client: Client, *, cluster_owned: bool, observer: Callable[[StepReport], None] | None = None) -> LoopResult:
         """Serve until stopped; ``observer`` also hears every decision (progress displays)."""
@@ -118,6 +119,7 @@ class Service:
                 self.say(f"{len(resume)} unfinished job(s) from the store: " + ", ".join(f"{r.id} ({r.state.value})" for r in resume))
             warm_up_trainer(self.client)
             clock = WallClock()
+            self.started_ms = int(time.time() * 1000)  # the loop's t = 0 as a timestamp
             settings = JobSettings(timeout_s=cfg.collective_timeout_s, checkpoint_root=cfg.checkpoint_root, checkpoint_every=cfg.checkpoint_every, poll_s=cfg.poll_s)
             executor = self.executor = DaskExecutor(self.client, lambda spec: resolve_workload(spec.workload, spec.id), settings, clock=clock)
             recorder = StoreRecorder(self.store, tracking, self.checkpoint_dir, lambda j: executor.jobs[j].board_id if j in executor.jobs else None, self.say)

@@ -22,7 +22,7 @@ def test_kubernetes_spec_has_a_gpu_worker_group():
     group = spec["spec"]["worker"]
     assert group["replicas"] == 3
     worker = group["spec"]["containers"][0]
-    assert worker["image"] == "reg/malleable:1"
+    assert worker["image"] == "reg/malleable:1-cuda"  # GPU pods default to the CUDA build
     assert worker["resources"]["limits"][K8S_GPU] == 1 and worker["resources"]["requests"][K8S_GPU] == 1
     args = worker["args"]
     assert args[args.index("--resources") + 1] == f"{GPU_RESOURCE}=1"

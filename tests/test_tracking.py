@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -101,11 +103,20 @@ def test_unreachable_server_training_goes_on_and_metrics_arrive_later(tmp_path):
 
     proc = subprocess.Popen(
         [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
-         "--artifacts-destination", str(tmp_path / "artifacts"), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+         "--artifacts-destination", str(tmp_path / "artifacts"), "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+         "--allowed-hosts", f"127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,  # its uvicorn and job runner: one group to stop
     )
     try:
         _wait_healthy(url, proc)
+        # The same server by another name: its /health passes, every API call is refused (403).
+        other_name = f"http://localhost:{port}"
+        refused: list[str] = []
+        r = Tracker(other_name, "refused-exp", tmp_path / "refused.jsonl", notify=refused.append)
+        r.log_metrics(r.start_run("refused"), [MetricPoint("loss", 1.0, 0)])
+        assert r.offline and len(refused) == 1, refused
+        assert "MALLEABLE_TRACKING_URI" in refused[0] and "--allowed-hosts" in refused[0] and f"localhost:{port}" in refused[0]
+
         assert t.flush()
         assert not t.offline
         run_id = t.run_id(run)
@@ -118,8 +129,19 @@ def test_unreachable_server_training_goes_on_and_metrics_arrive_later(tmp_path):
         assert [a.path for a in client.list_artifacts(run_id, "model")] == ["model/model.pt"]
         assert "reachable again" in told[-1]
     finally:
-        proc.terminate()
+        _stop_group(proc)
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """Stop the server and the processes it started (mlflow 3's server can outlive a SIGTERM)."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    except ProcessLookupError:
+        pass
 
 
 def test_embedded_store_keeps_artifacts_in_the_state_directory(tmp_path, monkeypatch):

@@ -1,0 +1,69 @@
+"""The CLI's root: help and --version import no heavy library; every command in the table loads."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import typer
+from typer.testing import CliRunner
+
+from flows.cli import COMMANDS, app
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ("torch", "prefect", "mlflow", "distributed", "dask", "matplotlib", "pulp", "numpy")
+
+
+def _modules_after(args: list[str]) -> tuple[subprocess.CompletedProcess, set[str]]:
+    probe = (
+        "import sys, json\n"
+        "from flows.cli import app\n"
+        "try:\n"
+        f"    app({args!r})\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})), file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    loaded = set(json.loads(done.stderr.strip().splitlines()[-1]))
+    return done, loaded
+
+
+def test_root_help_lists_every_command_without_importing_heavy_libraries():
+    done, loaded = _modules_after(["--help"])
+    for entry in COMMANDS:
+        assert entry.name in done.stdout
+    assert loaded.isdisjoint(HEAVY), sorted(loaded & set(HEAVY))
+
+
+def test_version_prints_the_package_version_and_imports_nothing_heavy():
+    done, loaded = _modules_after(["--version"])
+    assert done.stdout.startswith("malleable "), done.stdout
+    assert loaded.isdisjoint(HEAVY), sorted(loaded & set(HEAVY))
+
+
+def test_every_summary_is_its_commands_docstring_first_line():
+    for entry in COMMANDS:
+        module_name, attribute = entry.target.split(":")
+        target = getattr(importlib.import_module(module_name), attribute)
+        doc = target.info.help if isinstance(target, typer.Typer) else inspect.getdoc(target)
+        assert doc.splitlines()[0] == entry.summary, entry.name
+
+
+def test_a_command_loads_on_use_and_a_typo_is_answered():
+    result = CliRunner().invoke(app, ["plan", "--help"])
+    assert result.exit_code == 0 and "--policy" in result.output, result.output
+    result = CliRunner().invoke(app, ["plna"])
+    assert result.exit_code == 2 and "plan" in result.output, result.output
+
+
+def test_commands_without_a_flow_run_never_import_prefect():
+    """plan, profile, simulate, idle-nodes, compare, ui, train, hpo plan: no Prefect, so no temporary server."""
+    modules = ["flows.cmd_plan", "flows.cmd_profile", "flows.cmd_simulate", "flows.cmd_idle_nodes", "flows.cmd_compare", "flows.cmd_ui", "flows.cmd_train", "flows.cmd_hpo"]
+    probe = f"import sys\nfor m in {modules!r}:\n    __import__(m)\nprint('prefect' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "False", done.stdout + done.stderr
