@@ -24,7 +24,7 @@ from prefect.cache_policies import NO_CACHE
 from allocator.admission import OverflowMode
 from allocator.loop import LoopResult, LoopSettings, StepReport
 from allocator.policies import make_policy
-from allocator.types import JobSpec
+from allocator.types import Allocation, JobSpec
 from deploy.clusters import KubeSpec, connect
 from elastic_tasks.cluster import warm_up
 from elastic_tasks.coordinator import JobCoordinator, JobResult
@@ -108,7 +108,16 @@ def drive(
     holder: list[EmbeddedService] = []
 
     def observe(report: StepReport) -> None:
-        observer(report)
+        names = holder[0].names if holder else {}
+        observer(
+            dataclasses.replace(
+                report,
+                events=tuple(dataclasses.replace(e, job_id=names.get(e.job_id, e.job_id)) for e in report.events),
+                allocation=Allocation(tuple((names.get(j, j), share) for j, share in report.allocation.shares)),
+                admitted=tuple(names.get(j, j) for j in report.admitted),
+                dropped=tuple(names.get(j, j) for j in report.dropped),
+            )
+        )
         executor = holder[0].service.executor if holder else None
         if sample is not None and executor is not None:
             try:

@@ -4,6 +4,7 @@ the same code (the store, the loop, the executor), not two."""
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -26,6 +27,9 @@ class EmbeddedService:
     def __init__(self, config: ServiceConfig, client: Client, say: Callable[[str], None] = lambda _line: None, observer: Callable[[StepReport], None] | None = None) -> None:
         self.service = Service(config, say=say)
         self.client, self.observer = client, observer
+        # Decisions are made on the service's thread but reported on the caller's: a Prefect flow
+        # attributes prints, logs and artifacts to its run only from its own thread.
+        self._reports: queue.SimpleQueue[StepReport] = queue.SimpleQueue()
         self.jobs = ServiceClient(self.service.store, submitter="embedded")
         self.names: dict[str, str] = {}  # store id -> the name the job was submitted under
         self._thread: threading.Thread | None = None
@@ -39,7 +43,7 @@ class EmbeddedService:
 
     def _serve(self) -> None:
         try:
-            self.service.run(self.client, cluster_owned=False, observer=self.observer)
+            self.service.run(self.client, cluster_owned=False, observer=self._reports.put)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             self._error = exc
 
@@ -48,6 +52,7 @@ class EmbeddedService:
         if self._thread is not None:
             self._thread.join()
         self.service.lease.release()
+        self._pump()
         if self._error is not None and exc[0] is None:
             raise ServiceDied(f"the run's scheduler stopped: {type(self._error).__name__}: {self._error}") from self._error
 
@@ -56,10 +61,10 @@ class EmbeddedService:
         t0 = time.monotonic()
         ids: dict[str, str] = {}
         for spec in sorted(specs, key=lambda s: (s.arrival_time, s.id)):
-            delay = t0 + spec.arrival_time - time.monotonic()
-            if delay > 0:
+            while (delay := t0 + spec.arrival_time - time.monotonic()) > 0:
                 self._check()
-                time.sleep(delay)
+                self._pump()
+                time.sleep(min(delay, 0.1))
             ids[spec.id] = self.jobs.submit_specs([spec], key_prefix=key_prefix)[0].job_id
             self.names[ids[spec.id]] = spec.id
         return ids
@@ -67,10 +72,20 @@ class EmbeddedService:
     def wait(self, job_ids: Sequence[str], poll_s: float = 0.2) -> list[JobRow]:
         while True:
             self._check()
+            self._pump()
             rows = self.jobs.jobs(ids=job_ids)
             if all(r.state.terminal for r in rows):
                 return rows
             time.sleep(poll_s)
+
+    def _pump(self) -> None:
+        while True:
+            try:
+                report = self._reports.get_nowait()
+            except queue.Empty:
+                return
+            if self.observer is not None:
+                self.observer(report)
 
     def _check(self) -> None:
         if self._error is not None or (self._thread is not None and not self._thread.is_alive()):
