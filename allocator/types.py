@@ -14,6 +14,12 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 
+# The largest batch (global, or per GPU) accepted: about a million samples, far above any
+# published large-batch run. Rate tables hold one candidate per per-GPU batch, so a typo
+# such as 1e15 would otherwise make numpy try to allocate petabytes.
+MAX_BATCH = 2**20
+
+
 class InfeasibleError(Exception):
     """A policy could not find an allocation that gives every admitted job >= its minimum GPUs."""
 
@@ -101,6 +107,7 @@ class ThroughputProfile:
         for a, b in zip(self.iter_times_s, self.iter_times_s[1:]):
             _require(b >= a, owner, "iter_times_s", self.iter_times_s, "must be non-decreasing in batch size (non-monotone profile)")
         _positive_int(owner, "max_batch_per_gpu", self.max_batch_per_gpu)
+        _require(self.max_batch_per_gpu <= MAX_BATCH, owner, "max_batch_per_gpu", self.max_batch_per_gpu, f"must be <= {MAX_BATCH:,} (MAX_BATCH)")
         _require(isinstance(self.allreduce, AllreduceModel), owner, "allreduce", self.allreduce, "must be an AllreduceModel")
 
 
@@ -135,6 +142,7 @@ class JobSpec:
         _positive_int(owner, "total_samples", self.total_samples)
         _positive_int(owner, "min_batch", self.min_batch)
         _positive_int(owner, "max_batch", self.max_batch)
+        _require(self.max_batch <= MAX_BATCH, owner, "max_batch", self.max_batch, f"must be <= {MAX_BATCH:,} (MAX_BATCH)")
         _require(self.min_batch <= self.max_batch, owner, "min_batch", self.min_batch, f"is greater than max_batch={self.max_batch}")
         _positive_int(owner, "max_gpus", self.max_gpus)
         _positive_int(owner, "min_gpus", self.min_gpus)
