@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections import defaultdict
 from pathlib import Path
@@ -24,6 +25,7 @@ from allocator.workloads.trace import TraceError, read_trace
 from flows.cmd_idle_nodes import idle_nodes_command
 from flows.console import console, fail
 from flows.jobfile import load_jobs_file
+from flows.paths import check_output_dir, read_text_file
 from flows.plots import plot_completed, plot_gpus_per_job
 
 DEFAULT_PROFILES = Path(__file__).resolve().parents[1] / "examples" / "profiles"
@@ -31,13 +33,11 @@ DEFAULT_PROFILES = Path(__file__).resolve().parents[1] / "examples" / "profiles"
 
 def load_workload(path: Path, profiles_dir: Path) -> tuple[list[JobSpec], int | None]:
     """A jobs file (YAML, or JSON mapping) or a trace (CSV, or JSON list) -> jobs, default GPUs."""
-    if path.suffix == ".csv" or (path.suffix == ".json" and path.exists() and path.read_text().lstrip().startswith("[")):
-        profiles = {f"cat{n}": p for n, p in load_category_profiles(profiles_dir).items()}
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise ValueError(f"trace {str(path)!r}: cannot read ({exc.strerror})") from None
-        return read_trace(text, "csv" if path.suffix == ".csv" else "json", profiles, source=str(path)), None
+    if path.suffix in (".csv", ".json"):
+        text = read_text_file(path, "trace" if path.suffix == ".csv" else "workload file")
+        if path.suffix == ".csv" or text.lstrip().startswith("["):
+            profiles = {f"cat{n}": p for n, p in load_category_profiles(profiles_dir).items()}
+            return read_trace(text, "csv" if path.suffix == ".csv" else "json", profiles, source=str(path)), None
     spec = load_jobs_file(path)
     return list(spec.jobs), spec.gpus
 
@@ -184,13 +184,17 @@ def simulate_command(
     Idle-node policies (``idle_nodes_*``, seed 003) replay a trace of nodes that come and go
     instead: ``simulate [TRACE.csv] -p idle_nodes_milp`` runs ``malleable idle-nodes`` on it.
     """
-    if policy and all(name.startswith("idle_nodes") for name in policy) and experiment is None:
+    idle = [name for name in policy or [] if name.startswith("idle_nodes")]
+    if idle and len(idle) == len(policy or []) and experiment is None:
         idle_nodes_command(trace=workload, policy=policy, as_json=False)
         return
+    if idle:
+        others = [name for name in policy or [] if name not in idle]
+        fail(f"--policy={idle[0]!r}: idle-node policies replay a node trace and cannot run with {', '.join(others) or '--experiment'}; run them alone")
     if (workload is None) == (experiment is None):
         fail("give either a WORKLOAD file or --experiment NAME")
-    if interval <= 0:
-        fail(f"interval={interval}: must be > 0")
+    if not (math.isfinite(interval) and interval > 0):
+        fail(f"--interval={interval}: must be a finite number > 0")
     if seeds < 1:
         fail(f"seeds={seeds}: must be >= 1")
     try:
@@ -198,6 +202,8 @@ def simulate_command(
         if experiment is not None:
             if experiment not in EXPERIMENTS:
                 fail(f"experiment={experiment!r}: unknown; choose one of {', '.join(EXPERIMENTS)}")
+            load_category_profiles(profiles)  # a bad --profiles fails here, before anything is written
+            check_output_dir(out, "--out")
             out.mkdir(parents=True, exist_ok=True)  # only once the input is known good
             _run_experiment(experiment, tuple(range(seeds)), interval, cost, profiles, out)
             return
@@ -209,8 +215,10 @@ def simulate_command(
         names = policy or ["elastic_dp"]
         for name in names:
             make_policy(name)  # fail fast on a bad name, before any work
+        loop_settings = LoopSettings(interval_s=interval, overflow=overflow, react_to_events=react)
+        check_output_dir(out, "--out")
         out.mkdir(parents=True, exist_ok=True)
-        _run_trace(jobs, names, capacity, LoopSettings(interval_s=interval, overflow=overflow, react_to_events=react), cost, out)
+        _run_trace(jobs, names, capacity, loop_settings, cost, out)
     except (UnknownPolicyError, TraceError) as exc:
         fail(str(exc))
     except ValueError as exc:
