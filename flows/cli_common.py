@@ -14,6 +14,16 @@ def settings_or_fail(**overrides: object) -> Settings:
         fail(str(exc))
 
 
+def prefect_state_or_fail() -> None:
+    """A damaged local Prefect database exits 2 with one line naming it, before any flow starts."""
+    from flows.local_state import DamagedStateError, check_prefect_database
+
+    try:
+        check_prefect_database()
+    except DamagedStateError as exc:
+        fail(str(exc))
+
+
 def ui_commands(settings: Settings) -> list[tuple[str, str]]:
     """(what, command) pairs to look at results in the MLflow and Prefect UIs."""
     uri = settings.resolved_tracking_uri
