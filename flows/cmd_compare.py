@@ -8,9 +8,12 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from flows.cli_common import settings_or_fail
-from flows.compare_flow import CompareError, Comparison, check_runs, compare_flow
+from flows.cli_common import prefect_state_or_fail, settings_or_fail
+from flows.compare_flow import CompareError, Comparison, check_run_ids, check_runs, compare_flow, png_path
 from flows.console import console, fail
+from flows.paths import check_output_file
+
+_FORMATS = {".png", ".pdf", ".svg", ".jpg", ".jpeg"}
 
 
 def comparison_table(comparison: Comparison) -> Table:
@@ -41,6 +44,14 @@ def compare(
     settings_or_fail()
     if last < 1:
         fail(f"last={last}: must be >= 1")
+    try:
+        check_run_ids(run_ids or [])
+        if png_path(out).suffix.lower() not in _FORMATS:
+            raise ValueError(f"--out={str(out)!r}: the plot is written as {', '.join(sorted(_FORMATS))}; give one of those suffixes")
+        check_output_file(png_path(out), "--out")
+    except ValueError as exc:
+        fail(str(exc))
+    prefect_state_or_fail()
     try:
         check_runs(run_ids or [])
         comparison = compare_flow(run_ids=run_ids or None, last=last, out=str(out))

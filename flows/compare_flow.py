@@ -6,6 +6,8 @@ nested job runs give the per-job JCTs for the plot.
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,8 +23,9 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact  #
 
 from flows.flow_artifacts import artifact_key  # noqa: E402
 from flows.settings import load_settings  # noqa: E402
-from flows.tracking import PARENT_TAG  # noqa: E402
+from flows.tracking import PARENT_TAG, store_damaged, unavailable  # noqa: E402
 
+_RUN_ID = re.compile(r"[A-Za-z0-9_-]+")
 SUMMARY_KEYS = ("jobs_completed", "avg_jct_s", "p95_jct_s", "gpu_utilisation", "sjs_efficiency", "rescales", "makespan_s")
 
 
@@ -52,15 +55,39 @@ class Comparison:
 
 def _client() -> tuple[MlflowClient, str]:
     settings = load_settings()
-    client = MlflowClient(settings.resolved_tracking_uri)
-    experiment = client.get_experiment_by_name(settings.experiment)
+    uri = settings.resolved_tracking_uri
+    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
+        # Opening it would create an empty store: say there is nothing to compare instead.
+        raise CompareError(f"no MLflow store at {uri.removeprefix('sqlite:///')} (record a run first: `malleable quickstart` or `malleable run`)")
+    if uri.startswith("http"):
+        # mlflow's default retries an unreachable server for minutes; one short try is enough here.
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(max(1, int(settings.tracking_timeout_s))))
+    try:
+        client = MlflowClient(uri)
+        experiment = client.get_experiment_by_name(settings.experiment)
+    except Exception as exc:
+        if store_damaged(exc):
+            path = uri.removeprefix("sqlite:///")
+            raise CompareError(f"MLflow store {path} is damaged ({type(exc).__name__}); move it aside (mv {path} {path}.damaged) and record runs again") from None
+        if unavailable(exc):
+            raise CompareError(f"MLflow at {uri} is unreachable ({type(exc).__name__}); start it or set MALLEABLE_TRACKING_URI") from None
+        raise
     if experiment is None:
         raise CompareError(f"experiment={settings.experiment!r}: no such MLflow experiment at {settings.resolved_tracking_uri} (record a run first)")
     return client, experiment.experiment_id
 
 
+def check_run_ids(run_ids: Sequence[str]) -> None:
+    """Run ids are MLflow's hex ids: anything else would be pasted into a filter string."""
+    for rid in run_ids:
+        if not _RUN_ID.fullmatch(rid):
+            raise ValueError(f"run={rid!r}: not an MLflow run id (letters, digits, '-' or '_')")
+
+
 def check_runs(run_ids: Sequence[str]) -> None:
     """Fail fast (CompareError, one line) before a flow run starts: experiment and ids exist."""
+    check_run_ids(run_ids)
     client, experiment_id = _client()
     for rid in run_ids:
         if not client.search_runs([experiment_id], filter_string=f"attributes.run_id = '{rid}'"):
@@ -101,6 +128,11 @@ def find_runs(run_ids: Sequence[str], last: int) -> list[ComparedRun]:
     return out
 
 
+def png_path(path: Path) -> Path:
+    """Where the plot really goes: matplotlib adds ``.png`` to a name without a suffix."""
+    return path if path.suffix else path.with_suffix(".png")
+
+
 def plot_comparison(runs: Sequence[ComparedRun], path: Path) -> Path:
     """Per-job JCT, one bar per run, side by side."""
     jobs = sorted({j for r in runs for j, _ in r.job_jct_s})
@@ -117,6 +149,7 @@ def plot_comparison(runs: Sequence[ComparedRun], path: Path) -> Path:
     ax.legend(fontsize=7)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
+    path = png_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
