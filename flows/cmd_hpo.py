@@ -16,7 +16,7 @@ from rich.table import Table
 from allocator.hpo.model import Prediction
 from allocator.hpo.planner import NoFeasiblePlanError, PlanResult, Scorer, exhaustive_plan, greedy_plan, static_baseline
 from allocator.hpo.spec import HpoSpec
-from flows.cli_common import prefect_state_or_fail
+from flows.cli_common import prefect_state_or_fail, scheduler_or_fail, settings_or_fail
 from flows.console import EXIT_FAILED, console, fail
 from flows.hpo_file import load_hpo_file
 
@@ -201,6 +201,7 @@ def run(
         load_entry_point(spec.entrypoint)
     except ValueError as exc:  # EntryPointError is one
         fail(str(exc))
+    scheduler_or_fail(settings_or_fail(workers=workers))
     prefect_state_or_fail()
     # Imported here: prefect, dask and torch are not needed to plan.
     from flows.hpo_flow import hpo_flow

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from flows.cli_common import prefect_state_or_fail, settings_or_fail
+from flows.cli_common import prefect_state_or_fail, scheduler_or_fail, settings_or_fail
 from flows.cmd_run import outcome_table, print_ui_hint
 from flows.console import EXIT_FAILED, console, fail
 
@@ -26,6 +26,7 @@ def quickstart(
     if not (scale > 0):
         fail(f"scale={scale}: must be > 0")
     prefect_state_or_fail()
+    scheduler_or_fail(settings)
     from flows.quickstart_flow import quickstart_flow
 
     console.print(f"[bold]malleable quickstart[/]: 3 jobs, {workers} virtual GPU workers, elastic_dp, Δ = {interval:g} s; state in {settings.state_dir}")

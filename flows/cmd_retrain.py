@@ -9,7 +9,7 @@ import typer
 
 from allocator.policies import UnknownPolicyError, make_policy
 from elastic_tasks.recipe import load_entry_point
-from flows.cli_common import prefect_state_or_fail, settings_or_fail
+from flows.cli_common import prefect_state_or_fail, scheduler_or_fail, settings_or_fail
 from flows.console import EXIT_FAILED, console, fail
 
 
@@ -22,7 +22,7 @@ def retrain(
     policy: Annotated[str | None, typer.Option("--policy", "-p", help="Policy (default MALLEABLE_POLICY).")] = None,
 ) -> None:
     """Retrain one model elastically and log metrics and the model to MLflow."""
-    settings_or_fail(workers=workers, policy=policy)
+    settings = settings_or_fail(workers=workers, policy=policy)
     if not (math.isfinite(epochs) and epochs > 0):
         fail(f"--epochs={epochs}: must be a finite number > 0")
     if not (0 < min_batch <= max_batch):
@@ -36,6 +36,7 @@ def retrain(
     except ValueError as exc:
         fail(str(exc))
     prefect_state_or_fail()
+    scheduler_or_fail(settings)
     from flows.retrain_flow import retrain_flow
 
     try:
