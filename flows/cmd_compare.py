@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from flows.cli_common import prefect_state_or_fail, settings_or_fail
-from flows.compare_flow import CompareError, Comparison, check_run_ids, check_runs, compare_flow, png_path
 from flows.console import console, fail
 from flows.paths import check_output_file
+
+if TYPE_CHECKING:
+    from flows.compare_flow import Comparison
 
 _FORMATS = {".png", ".pdf", ".svg", ".jpg", ".jpeg"}
 
@@ -41,7 +43,10 @@ def compare(
     out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the PNG.")] = Path("out/compare.png"),
 ) -> None:
     """Compare recorded runs (e.g. elastic vs fixed on one trace): table and per-job JCT plot."""
-    settings_or_fail()
+    settings_or_fail()  # before prefect is imported: it reads .env too, and a binary one breaks its import
+    # Imported here: prefect, mlflow and matplotlib load only once the settings are known good.
+    from flows.compare_flow import CompareError, check_run_ids, check_runs, compare_flow, png_path
+
     if last < 1:
         fail(f"last={last}: must be >= 1")
     try:
