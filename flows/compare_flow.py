@@ -22,6 +22,7 @@ from prefect import flow, task  # noqa: E402
 from prefect.artifacts import create_markdown_artifact, create_table_artifact  # noqa: E402
 
 from flows.flow_artifacts import artifact_key  # noqa: E402
+from flows.local_state import DamagedStateError, check_sqlite  # noqa: E402
 from flows.settings import load_settings  # noqa: E402
 from flows.tracking import PARENT_TAG, store_damaged, unavailable  # noqa: E402
 
@@ -64,9 +65,13 @@ def _client() -> tuple[MlflowClient, str]:
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(max(1, int(settings.tracking_timeout_s))))
     try:
+        if uri.startswith("sqlite:///"):
+            check_sqlite(Path(uri.removeprefix("sqlite:///")), "MLflow store", "record runs again into a fresh one")
         client = MlflowClient(uri)
         experiment = client.get_experiment_by_name(settings.experiment)
     except Exception as exc:
+        if isinstance(exc, DamagedStateError):
+            raise CompareError(str(exc)) from None
         if store_damaged(exc):
             path = uri.removeprefix("sqlite:///")
             raise CompareError(f"MLflow store {path} is damaged ({type(exc).__name__}); move it aside (mv {path} {path}.damaged) and record runs again") from None
