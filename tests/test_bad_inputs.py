@@ -95,3 +95,48 @@ def test_compare_with_unreachable_server_fails_fast(tmp_path, monkeypatch):
     assert result.exit_code == 1, result.output
     assert len(lines) == 1 and "unreachable" in lines[0] and str(port) in lines[0], lines
     assert elapsed < 60, elapsed  # a hang check, not a timing goal: mlflow's default retries take minutes
+
+
+def _checkpoint(directory: Path, finished: bool) -> None:
+    """A real checkpoint of the example MLP, as a rank writes it at the end of a job."""
+    import torch
+
+    from elastic_tasks.recipe import load_entry_point
+    from elastic_tasks.scaling import LRRamp
+    from elastic_tasks.state import ElasticState, TrainMeta
+
+    recipe = load_entry_point("elastic_tasks.examples:mlp_tiny")
+    model = recipe.build_model()
+    meta = TrainMeta(step=40, samples_seen=1280, global_batch=32, lr=LRRamp(0.1, 0.1), rng_state=torch.get_rng_state().numpy().tobytes(), finished=finished)
+    ElasticState(model, recipe.make_optimizer(model.parameters(), 0.1), meta).save(directory)
+
+
+def test_train_into_a_finished_checkpoint_dir_says_so_and_starts_nothing(tmp_path):
+    import multiprocessing
+
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    _checkpoint(tmp_path / "ckpt", finished=True)
+    before = snapshot(tmp_path)
+    result = CliRunner(env={"COLUMNS": "250"}).invoke(app, ["train", "elastic_tasks.examples:mlp_tiny", "--checkpoint-dir", str(tmp_path / "ckpt")])
+    assert result.exit_code == 0, result.output
+    assert "holds a finished run (step 40, 1,280 samples)" in result.output and "nan" not in result.output
+    assert not multiprocessing.active_children()
+    assert snapshot(tmp_path) == before
+
+
+def test_train_with_a_damaged_checkpoint_names_it(tmp_path):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+    from elastic_tasks.state import CHECKPOINT_NAME
+
+    _checkpoint(tmp_path / "ckpt", finished=False)
+    path = tmp_path / "ckpt" / CHECKPOINT_NAME
+    os.truncate(path, path.stat().st_size // 2)
+    result = CliRunner(env={"COLUMNS": "250"}).invoke(app, ["train", "elastic_tasks.examples:mlp_tiny", "--checkpoint-dir", str(tmp_path / "ckpt")])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert "--checkpoint-dir=" in lines[0] and "cannot be read" in lines[0] and "move it aside" in lines[0]
