@@ -179,8 +179,8 @@ def hpo_flow(hpo_file: str, workers: int | None = None, timeout_s: float = 1800.
     prediction = plan_hpo(spec)
     configs = spec.sample_configs()
     tracker = tracker_from_settings(settings)
-    with RunGuard(tracker) as runs:
-        parent = runs.start_run(
+    with RunGuard(tracker) as guard:
+        parent = guard.start_run(
             f"hpo-{spec.name}",
             params={
                 "name": spec.name,
@@ -196,7 +196,7 @@ def hpo_flow(hpo_file: str, workers: int | None = None, timeout_s: float = 1800.
             tags={"malleable.mode": "hpo"},
         )
         children = {
-            k: runs.start_run(f"trial-{k}", parent=parent, params={**configs[k], "trial": k}, tags={"malleable.hpo": spec.name})
+            k: guard.start_run(f"trial-{k}", parent=parent, params={**configs[k], "trial": k}, tags={"malleable.hpo": spec.name})
             for k in range(spec.stages[0].trials)
         }
         root = settings.resolved_checkpoint_dir / f"hpo-{spec.name}-{uuid.uuid4().hex[:8]}"
@@ -234,7 +234,7 @@ def hpo_flow(hpo_file: str, workers: int | None = None, timeout_s: float = 1800.
             last = max(r.stage for r in mine)
             tracker.log_metrics(child, _trial_points(mine, spec))
             tracker.set_tags(child, {"stopped_after_stage": last, "survived": last == len(spec.stages) - 1, "best": k == best})
-            runs.end_run(child, "FINISHED")
+            guard.end_run(child, "FINISHED")
         tracker.log_metrics(
             parent,
             [
@@ -250,7 +250,7 @@ def hpo_flow(hpo_file: str, workers: int | None = None, timeout_s: float = 1800.
             ],
         )
         tracker.set_tags(parent, {"best_trial": best})
-        runs.end_run(parent, "FINISHED")
+        guard.end_run(parent, "FINISHED")
     create_table_artifact(
         key=artifact_key("hpo", spec.name),
         table=[
