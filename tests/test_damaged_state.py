@@ -5,6 +5,7 @@ MLflow (or the journal, then MLflow once the store is moved aside)."""
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import subprocess
@@ -174,3 +175,25 @@ def test_runs_cut_short_are_ended_not_left_running(tmp_path, error, status):
             raise error
     statuses = {r.info.run_name: r.info.status for r in MlflowClient(uri).search_runs([MlflowClient(uri).get_experiment_by_name("exp").experiment_id])}
     assert statuses == {"parent": status, "done": "FINISHED", "cut-short": status}
+
+
+@pytest.mark.slow
+def test_a_tracked_command_on_a_truncated_store_keeps_its_results(tmp_path):
+    """`malleable run --simulate` with mlflow.db truncated: it finishes, says what to do, journals its records."""
+    state = tmp_path / ".malleable"
+    state.mkdir()
+    _store(state)  # a real store in the default place, then cut in half
+    db = state / "mlflow.db"
+    _truncate(db, 0.5)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "250", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env.pop("MALLEABLE_TRACKING_URI", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "run", "--simulate", str(REPO / "examples" / "quickstart" / "jobs.yaml")],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert f"MLflow store {db.resolve()} is damaged" in proc.stdout + proc.stderr
+    journal = state / "mlflow-buffer.jsonl"
+    ops = [json.loads(line)["op"] for line in journal.read_text().splitlines()]
+    assert ops.count("create_run") == 4 and ops.count("terminate") == 4  # the parent and its 3 jobs
