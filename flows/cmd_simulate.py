@@ -23,7 +23,7 @@ from allocator.types import JobSpec
 from allocator.workloads.seed000 import load_category_profiles
 from allocator.workloads.trace import TraceError, read_trace
 from flows.cmd_idle_nodes import idle_nodes_command
-from flows.console import console, fail
+from flows.console import EXIT_FAILED, console, fail
 from flows.jobfile import load_jobs_file
 from flows.paths import check_output_dir, read_text_file
 from flows.plots import plot_completed, plot_gpus_per_job
@@ -223,3 +223,5 @@ def simulate_command(
         fail(str(exc))
     except ValueError as exc:
         fail(str(exc))
+    except OSError as exc:  # the checks passed but writing failed: a full disk, a vanished directory
+        fail(f"--out={str(out)!r}: cannot write {exc.filename or ''} ({exc.strerror or exc})", code=EXIT_FAILED)
