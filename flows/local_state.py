@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from pathlib import Path
 
 _MAGIC = b"SQLite format 3\x00"
@@ -52,6 +53,10 @@ def sqlite_damage(path: Path) -> str | None:
 def check_sqlite(path: Path, what: str, move_aside_means: str) -> None:
     """Raise DamagedStateError naming ``path`` and the fix when it is damaged."""
     why = sqlite_damage(path)
+    if why is not None:
+        # Another process may be mid-commit (header written, file not yet grown): look again.
+        time.sleep(0.5)
+        why = sqlite_damage(path)
     if why is not None:
         raise DamagedStateError(f"{what} {path} is damaged ({why}); move it aside (mv {path} {path}.damaged): {move_aside_means}")
 
