@@ -32,8 +32,8 @@ from elastic_tasks.protocol import StepRecord, TrainConfig
 from flows.flow_artifacts import artifact_key
 from flows.hpo_file import load_hpo_file
 from flows.run_guard import RunGuard
-from flows.settings import load_settings
-from flows.tracking import MetricPoint, tracker_from_settings
+from flows.settings import Settings, load_settings
+from flows.tracking import MetricPoint, Tracker, tracker_from_settings
 
 _POLL_S = 0.1
 
@@ -179,78 +179,86 @@ def hpo_flow(hpo_file: str, workers: int | None = None, timeout_s: float = 1800.
     prediction = plan_hpo(spec)
     configs = spec.sample_configs()
     tracker = tracker_from_settings(settings)
+    # The guard ends every run opened below FAILED (an error) or KILLED (Ctrl-C) if the flow
+    # does not get to end it: a failed or interrupted HPO run leaves nothing RUNNING.
     with RunGuard(tracker) as guard:
-        parent = guard.start_run(
-            f"hpo-{spec.name}",
-            params={
-                "name": spec.name,
-                "entrypoint": spec.entrypoint,
-                "deadline_s": spec.deadline_s,
-                "plan_gpus": list(prediction.plan),
-                "stages": [(s.trials, s.iters) for s in spec.stages],
-                "instance": f"{spec.cloud.instance.name} x{spec.cloud.instance.gpus} GPUs",
-                "billing": spec.cloud.billing.value,
-                "workers": settings.workers,
-                "batch": spec.trial.batch,
-            },
-            tags={"malleable.mode": "hpo"},
-        )
-        children = {
-            k: guard.start_run(f"trial-{k}", parent=parent, params={**configs[k], "trial": k}, tags={"malleable.hpo": spec.name})
-            for k in range(spec.stages[0].trials)
-        }
-        root = settings.resolved_checkpoint_dir / f"hpo-{spec.name}-{uuid.uuid4().hex[:8]}"
-        alive = tuple(range(spec.stages[0].trials))
-        resume: dict[int, str | None] = dict.fromkeys(alive)
-        runs: list[TrialRun] = []
-        records: list[StageRecord] = []
-        with connect(settings.cluster.value, workers=settings.workers, address=settings.scheduler_address) as client:
-            client.wait_for_workers(min(settings.workers, max(prediction.plan)), timeout=120)
-            warm_up(client, spec.entrypoint)
-            t0 = time.monotonic()
-            for i, predicted in enumerate(prediction.stages):
-                layout = predicted.layout
-                start = time.monotonic() - t0
-                stage_runs = run_stage(client, spec, i, layout, alive, configs, resume, root, t0, timeout_s)
-                end = time.monotonic() - t0
-                runs.extend(stage_runs)
-                ranked = sorted(stage_runs, key=lambda r: (r.score, r.trial))
-                keep = spec.stages[i + 1].trials if i + 1 < len(spec.stages) else 1
-                kept = tuple(sorted(r.trial for r in ranked[:keep]))
-                records.append(StageRecord(i, layout, alive, kept, start, end, predicted.start_s, predicted.end_s))
-                for r in stage_runs:
-                    resume[r.trial] = r.checkpoint_dir
-                print(f"stage {i}: {len(alive)} trials on {layout.gpus} workers ({layout.gpus_per_trial} each) in {end - start:.1f} s; kept {list(kept)}")
-                alive = kept
-        actual_jct = records[-1].end_s
-        measured = [
-            MeasuredStage(rec.start_s, rec.layout.instances, rec.layout.gpus_per_trial, tuple(r.end_s - r.start_s for r in runs if r.stage == rec.stage))
-            for rec in records
-        ]
-        actual_cost = measured_cost(spec.cloud, measured, actual_jct)
-        best = records[-1].kept[0]
-        for k, child in children.items():
-            mine = [r for r in runs if r.trial == k]
-            last = max(r.stage for r in mine)
-            tracker.log_metrics(child, _trial_points(mine, spec))
-            tracker.set_tags(child, {"stopped_after_stage": last, "survived": last == len(spec.stages) - 1, "best": k == best})
-            guard.end_run(child, "FINISHED")
-        tracker.log_metrics(
-            parent,
-            [
-                MetricPoint("predicted_jct_s", prediction.jct_s),
-                MetricPoint("predicted_cost", prediction.cost),
-                MetricPoint("actual_jct_s", actual_jct),
-                MetricPoint("actual_cost", actual_cost),
-                MetricPoint("jct_error", actual_jct / prediction.jct_s - 1.0),
-                MetricPoint("cost_error", actual_cost / prediction.cost - 1.0 if prediction.cost > 0 else 0.0),
-                *[MetricPoint("stage_gpus", rec.layout.gpus, rec.stage) for rec in records],
-                *[MetricPoint("stage_wall_s", rec.end_s - rec.start_s, rec.stage) for rec in records],
-                *[MetricPoint("stage_predicted_s", rec.predicted_end_s - rec.predicted_start_s, rec.stage) for rec in records],
-            ],
-        )
-        tracker.set_tags(parent, {"best_trial": best})
-        guard.end_run(parent, "FINISHED")
+        return _run_and_record(spec, settings, prediction, configs, tracker, guard, timeout_s)
+
+
+def _run_and_record(
+    spec: HpoSpec, settings: Settings, prediction: Prediction, configs: tuple[dict[str, object], ...], tracker: Tracker, guard: RunGuard, timeout_s: float
+) -> HpoRunResult:
+    parent = guard.start_run(
+        f"hpo-{spec.name}",
+        params={
+            "name": spec.name,
+            "entrypoint": spec.entrypoint,
+            "deadline_s": spec.deadline_s,
+            "plan_gpus": list(prediction.plan),
+            "stages": [(s.trials, s.iters) for s in spec.stages],
+            "instance": f"{spec.cloud.instance.name} x{spec.cloud.instance.gpus} GPUs",
+            "billing": spec.cloud.billing.value,
+            "workers": settings.workers,
+            "batch": spec.trial.batch,
+        },
+        tags={"malleable.mode": "hpo"},
+    )
+    children = {
+        k: guard.start_run(f"trial-{k}", parent=parent, params={**configs[k], "trial": k}, tags={"malleable.hpo": spec.name})
+        for k in range(spec.stages[0].trials)
+    }
+    root = settings.resolved_checkpoint_dir / f"hpo-{spec.name}-{uuid.uuid4().hex[:8]}"
+    alive = tuple(range(spec.stages[0].trials))
+    resume: dict[int, str | None] = dict.fromkeys(alive)
+    runs: list[TrialRun] = []
+    records: list[StageRecord] = []
+    with connect(settings.cluster.value, workers=settings.workers, address=settings.scheduler_address) as client:
+        client.wait_for_workers(min(settings.workers, max(prediction.plan)), timeout=120)
+        warm_up(client, spec.entrypoint)
+        t0 = time.monotonic()
+        for i, predicted in enumerate(prediction.stages):
+            layout = predicted.layout
+            start = time.monotonic() - t0
+            stage_runs = run_stage(client, spec, i, layout, alive, configs, resume, root, t0, timeout_s)
+            end = time.monotonic() - t0
+            runs.extend(stage_runs)
+            ranked = sorted(stage_runs, key=lambda r: (r.score, r.trial))
+            keep = spec.stages[i + 1].trials if i + 1 < len(spec.stages) else 1
+            kept = tuple(sorted(r.trial for r in ranked[:keep]))
+            records.append(StageRecord(i, layout, alive, kept, start, end, predicted.start_s, predicted.end_s))
+            for r in stage_runs:
+                resume[r.trial] = r.checkpoint_dir
+            print(f"stage {i}: {len(alive)} trials on {layout.gpus} workers ({layout.gpus_per_trial} each) in {end - start:.1f} s; kept {list(kept)}")
+            alive = kept
+    actual_jct = records[-1].end_s
+    measured = [
+        MeasuredStage(rec.start_s, rec.layout.instances, rec.layout.gpus_per_trial, tuple(r.end_s - r.start_s for r in runs if r.stage == rec.stage))
+        for rec in records
+    ]
+    actual_cost = measured_cost(spec.cloud, measured, actual_jct)
+    best = records[-1].kept[0]
+    for k, child in children.items():
+        mine = [r for r in runs if r.trial == k]
+        last = max(r.stage for r in mine)
+        tracker.log_metrics(child, _trial_points(mine, spec))
+        tracker.set_tags(child, {"stopped_after_stage": last, "survived": last == len(spec.stages) - 1, "best": k == best})
+        guard.end_run(child, "FINISHED")
+    tracker.log_metrics(
+        parent,
+        [
+            MetricPoint("predicted_jct_s", prediction.jct_s),
+            MetricPoint("predicted_cost", prediction.cost),
+            MetricPoint("actual_jct_s", actual_jct),
+            MetricPoint("actual_cost", actual_cost),
+            MetricPoint("jct_error", actual_jct / prediction.jct_s - 1.0),
+            MetricPoint("cost_error", actual_cost / prediction.cost - 1.0 if prediction.cost > 0 else 0.0),
+            *[MetricPoint("stage_gpus", rec.layout.gpus, rec.stage) for rec in records],
+            *[MetricPoint("stage_wall_s", rec.end_s - rec.start_s, rec.stage) for rec in records],
+            *[MetricPoint("stage_predicted_s", rec.predicted_end_s - rec.predicted_start_s, rec.stage) for rec in records],
+        ],
+    )
+    tracker.set_tags(parent, {"best_trial": best})
+    guard.end_run(parent, "FINISHED")
     create_table_artifact(
         key=artifact_key("hpo", spec.name),
         table=[
