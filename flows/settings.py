@@ -48,7 +48,7 @@ class Settings(BaseSettings):
     overflow: OverflowMode = Field(OverflowMode.QUEUE, description="Jobs that do not fit: drop or queue.")
     kube_image: str = Field("malleable:0.1.0", min_length=1, description="Container image of Kubernetes Dask workers.")
     kube_namespace: str = Field("default", min_length=1, description="Kubernetes namespace.")
-    tracking_timeout_s: float = Field(5.0, gt=0, allow_inf_nan=False, description="Seconds before an MLflow request counts as unreachable.")
+    tracking_timeout_s: float = Field(5.0, gt=0, description="Seconds before an MLflow request counts as unreachable.")
 
     @field_validator("policy")
     @classmethod
