@@ -35,7 +35,7 @@ USER_MODULES = {
 class BadInput:
     id: str
     args: tuple[str, ...]
-    needles: tuple[str, ...]
+    needles: tuple[str, ...]  # compared case-insensitively
     env: tuple[tuple[str, str], ...] = ()
     cwd: str = "."  # relative to the inputs directory
     code: int = 2
@@ -189,7 +189,7 @@ class Outcome:
         return (
             self.exit_code == self.case.code
             and len(self.lines) == 1
-            and all(n in self.lines[0] for n in self.case.needles)
+            and all(n.lower() in self.lines[0].lower() for n in self.case.needles)
             and not self.traceback
             and not self.written
         )
