@@ -8,12 +8,18 @@ from flows.console import EXIT_FAILED, fail
 from flows.settings import ClusterKind, Settings, SettingsError, load_settings
 
 
+# Settings fields that commands take as flags: an error in a value given that way names the flag.
+_FLAGS = {"interval_s": "--interval", "workers": "--workers", "policy": "--policy"}
+
+
 def settings_or_fail(**overrides: object) -> Settings:
     """Load settings (flags win over ``MALLEABLE_*``); a bad value exits 2 with one line."""
     try:
         return load_settings(**overrides)
     except SettingsError as exc:
-        fail(str(exc))
+        message = str(exc)
+        field = message.partition("=")[0]
+        fail(_FLAGS[field] + message[len(field) :] if field in _FLAGS else message)
 
 
 def prefect_state_or_fail() -> None:
