@@ -161,6 +161,11 @@ CASES: tuple[BadInput, ...] = (
     _c("retrain-entry-fn-raises", "retrain i17_fns:boom", "KeyError", "inside"),
     _c("retrain-entry-needs-args", "retrain i17_fns:needs", "TypeError", "missing 1 required positional argument"),
     _c("retrain-epochs-inf", f"retrain {MLP} --epochs inf", "--epochs=inf"),
+    # run (the jobs file and settings are checked before any cluster or service starts)
+    _c("run-dir", "run adir", "'adir'", "is a directory"),
+    _c("run-binary", "run bin.yaml", "bin.yaml", "not UTF-8"),
+    _c("run-fixed-batch-brackets", "run j_fixed.yaml", "fixed_batch=1000", "[min_batch=32, max_batch=256]"),
+    _c("run-interval-inf", ["run", str(JOBS), "--interval", "inf"], "--interval=inf"),
     # quickstart, compare
     _c("quickstart-interval-inf", "quickstart --interval inf", "--interval=inf"),
     _c("quickstart-interval-nan", "quickstart --interval nan", "--interval=nan"),
