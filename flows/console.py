@@ -6,7 +6,7 @@ from typing import NoReturn
 
 import typer
 from rich.console import Console
-from rich.text import Text
+from rich.markup import escape
 
 # Exit codes: 0 success, 1 the work itself failed, 2 bad input (file, flag, setting).
 EXIT_FAILED = 1
@@ -17,10 +17,7 @@ err_console = Console(stderr=True)
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
-    """Print one red line (no traceback) and exit with ``code``.
-
-    The message is plain text: brackets in it (``[1, 4]``, ``jobs[0]``) are shown, not read as markup.
-    """
-    one_line = " ".join(message.split())  # an exception's text may span lines; the error is one
-    err_console.print(Text.assemble(("error:", "bold red"), " ", one_line), highlight=False, soft_wrap=True)
+    """Print one red line (no traceback) and exit with ``code``."""
+    # Escaped: a message that names ``TrainingRecipe[name].field`` must not read as rich markup.
+    err_console.print(f"[bold red]error:[/] {escape(message)}", markup=True, highlight=False, soft_wrap=True)
     raise typer.Exit(code)
