@@ -185,8 +185,10 @@ def test_a_tracked_command_on_a_truncated_store_keeps_its_results(tmp_path):
     _store(state)  # a real store in the default place, then cut in half
     db = state / "mlflow.db"
     _truncate(db, 0.5)
-    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "250", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    env.pop("MALLEABLE_TRACKING_URI", None)
+    # Its own Prefect home: the ephemeral API then migrates a fresh database nobody else is using.
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "250", "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_HOME": str(tmp_path / "prefect")}
+    for name in ("MALLEABLE_TRACKING_URI", "PREFECT_API_URL", "PREFECT_API_DATABASE_CONNECTION_URL", "PREFECT_SERVER_DATABASE_CONNECTION_URL"):
+        env.pop(name, None)
     proc = subprocess.run(
         [sys.executable, "-m", "flows.cli", "run", "--simulate", str(REPO / "examples" / "quickstart" / "jobs.yaml")],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
