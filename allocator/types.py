@@ -14,6 +14,12 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 
+# The largest batch (global, or per GPU) accepted: about a million samples, far above any
+# published large-batch run. Rate tables hold one candidate per per-GPU batch, so a typo
+# such as 1e15 would otherwise make numpy try to allocate petabytes.
+MAX_BATCH = 2**20
+
+
 class InfeasibleError(Exception):
     """A policy could not find an allocation that gives every admitted job >= its minimum GPUs."""
 
@@ -111,6 +117,7 @@ class ThroughputProfile:
                 "times must be non-decreasing in batch size (a non-monotone profile; for measured noise use the monotone envelope)",
             )
         _positive_int(owner, "max_batch_per_gpu", self.max_batch_per_gpu)
+        _require(self.max_batch_per_gpu <= MAX_BATCH, owner, "max_batch_per_gpu", self.max_batch_per_gpu, f"must be <= {MAX_BATCH:,} (MAX_BATCH)")
         _require(isinstance(self.allreduce, AllreduceModel), owner, "allreduce", self.allreduce, "must be an AllreduceModel")
         _require(
             self.inter_host is None or isinstance(self.inter_host, AllreduceModel), owner, "inter_host", self.inter_host, "must be an AllreduceModel or None"
@@ -148,6 +155,7 @@ class JobSpec:
         _positive_int(owner, "total_samples", self.total_samples)
         _positive_int(owner, "min_batch", self.min_batch)
         _positive_int(owner, "max_batch", self.max_batch)
+        _require(self.max_batch <= MAX_BATCH, owner, "max_batch", self.max_batch, f"must be <= {MAX_BATCH:,} (MAX_BATCH)")
         _require(self.min_batch <= self.max_batch, owner, "min_batch", self.min_batch, f"is greater than max_batch={self.max_batch}")
         _positive_int(owner, "max_gpus", self.max_gpus)
         _positive_int(owner, "min_gpus", self.min_gpus)

@@ -133,7 +133,11 @@ def to_device(batch: Any, device: torch.device) -> Any:
 
 
 class EntryPointError(ValueError):
-    pass
+    """An entry point that cannot give a recipe: one line naming it, and what went wrong.
+
+    Whatever the user's code raised (a syntax error, an error at import or in the function,
+    a function that needs arguments) is the ``__cause__``, for callers that show tracebacks.
+    """
 
 
 def load_entry_point(spec: str) -> TrainingRecipe:
@@ -148,11 +152,16 @@ def load_entry_point(spec: str) -> TrainingRecipe:
     try:
         module = _import_from_path_or_cwd(module_name)
     except ImportError as exc:
-        raise EntryPointError(f"entrypoint={spec!r}: cannot import module {module_name!r} ({exc})") from None
+        raise EntryPointError(f"entrypoint={spec!r}: cannot import module {module_name!r} ({exc})") from exc
+    except Exception as exc:  # the user's module failed while importing: SyntaxError, anything at top level
+        raise EntryPointError(f"entrypoint={spec!r}: importing {module_name!r} raised {type(exc).__name__}: {exc}") from exc
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise EntryPointError(f"entrypoint={spec!r}: module {module_name!r} has no callable {attr!r}")
-    recipe = fn()
+    try:
+        recipe = fn()
+    except Exception as exc:  # the user's function (or the recipe it built) failed
+        raise EntryPointError(f"entrypoint={spec!r}: calling it raised {type(exc).__name__}: {exc}") from exc
     if not isinstance(recipe, TrainingRecipe):
         raise EntryPointError(f"entrypoint={spec!r}: returned {type(recipe).__name__}, expected TrainingRecipe")
     return recipe

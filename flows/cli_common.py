@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from flows.console import fail
-from flows.settings import Settings, SettingsError, load_settings
+import asyncio
+
+from flows.console import EXIT_FAILED, fail
+from flows.settings import ClusterKind, Settings, SettingsError, load_settings
+
+
+# Settings fields that commands take as flags: an error in a value given that way names the flag.
+_FLAGS = {"interval_s": "--interval", "workers": "--workers", "policy": "--policy"}
 
 
 def settings_or_fail(**overrides: object) -> Settings:
@@ -11,7 +17,44 @@ def settings_or_fail(**overrides: object) -> Settings:
     try:
         return load_settings(**overrides)
     except SettingsError as exc:
+        message = str(exc)
+        field = message.partition("=")[0]
+        fail(_FLAGS[field] + message[len(field) :] if field in _FLAGS else message)
+
+
+def prefect_state_or_fail() -> None:
+    """A damaged local Prefect database exits 2 with one line naming it, before any flow starts."""
+    from flows.local_state import DamagedStateError, check_prefect_database
+
+    try:
+        check_prefect_database()
+    except DamagedStateError as exc:
         fail(str(exc))
+
+
+def scheduler_or_fail(settings: Settings, timeout_s: float = 3.0) -> None:
+    """With cluster=address, a Dask scheduler must answer there within seconds.
+
+    distributed's Client would retry for its connect timeout (30 s by default) and then
+    print a long traceback; one connect with Dask's handshake says the same thing now, in
+    one line (a plain TCP connect is not enough: something else may listen on that port).
+    """
+    if settings.cluster is not ClusterKind.ADDRESS or not settings.scheduler_address:
+        return
+    address = settings.scheduler_address
+    from distributed.comm import connect
+
+    async def handshake() -> None:
+        comm = await connect(address, timeout=timeout_s)
+        await comm.close()
+
+    try:
+        asyncio.run(handshake())
+    except ValueError as exc:  # distributed cannot parse the address
+        fail(f"MALLEABLE_SCHEDULER_ADDRESS={address!r}: {exc}")
+    except Exception as exc:  # OSError, a timeout, garbage instead of a handshake
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        fail(f"MALLEABLE_SCHEDULER_ADDRESS={address!r}: no Dask scheduler answers there ({why}); start one or unset MALLEABLE_CLUSTER", code=EXIT_FAILED)
 
 
 def ui_commands(settings: Settings) -> list[tuple[str, str]]:

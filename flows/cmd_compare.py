@@ -9,8 +9,11 @@ import typer
 from rich.table import Table
 
 from flows.cli_common import settings_or_fail
-from flows.comparison import CompareError, Comparison, check_runs, compare_runs, mixed_models_warning
+from flows.comparison import CompareError, Comparison, check_run_ids, check_runs, compare_runs, mixed_models_warning, png_path
 from flows.console import console, fail, warn
+from flows.paths import check_output_file
+
+_FORMATS = {".png", ".pdf", ".svg", ".jpg", ".jpeg"}
 
 
 def comparison_table(comparison: Comparison) -> Table:
@@ -52,6 +55,13 @@ def compare(
     settings_or_fail()
     if last < 1:
         fail(f"last={last}: must be >= 1")
+    try:
+        check_run_ids(run_ids or [])
+        if png_path(out).suffix.lower() not in _FORMATS:
+            raise ValueError(f"--out={str(out)!r}: the plot is written as {', '.join(sorted(_FORMATS))}; give one of those suffixes")
+        check_output_file(png_path(out), "--out")
+    except ValueError as exc:
+        fail(str(exc))
     try:
         check_runs(run_ids or [])
         comparison = compare_runs(run_ids or [], last, out)  # read-only: no flow run, no Prefect server

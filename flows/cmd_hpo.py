@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
 from enum import Enum
 from pathlib import Path
@@ -15,7 +16,8 @@ from rich.table import Table
 from allocator.hpo.model import Prediction
 from allocator.hpo.planner import NoFeasiblePlanError, PlanResult, Scorer, exhaustive_plan, greedy_plan, static_baseline
 from allocator.hpo.spec import HpoSpec
-from flows.console import console, fail
+from flows.cli_common import prefect_state_or_fail, scheduler_or_fail, settings_or_fail
+from flows.console import EXIT_FAILED, console, fail
 from flows.hpo_file import load_hpo_file
 
 app = typer.Typer(help="Deadline-constrained, cost-minimising plans for successive-halving HPO (seed 001).", no_args_is_help=True)
@@ -191,8 +193,16 @@ def run(
             fail(f"{hpo_file}: entrypoint: missing; running a plan needs 'package.module:function'")
         if workers is not None and workers < 1:
             fail(f"--workers={workers}: must be a positive integer")
-    except ValueError as exc:
+        if not (math.isfinite(timeout) and timeout > 0):
+            fail(f"--timeout={timeout}: must be a finite number of seconds > 0")
+        # Before any cluster starts: a broken entry point is one line now, not a failed stage later.
+        from elastic_tasks.recipe import load_entry_point
+
+        load_entry_point(spec.entrypoint)
+    except ValueError as exc:  # EntryPointError is one
         fail(str(exc))
+    scheduler_or_fail(settings_or_fail(workers=workers))
+    prefect_state_or_fail()
     # Imported here: prefect, dask and torch are not needed to plan.
     from flows.hpo_flow import hpo_flow
     from flows.settings import SettingsError
@@ -203,6 +213,10 @@ def run(
         fail(f"infeasible on these workers: {exc}", code=1)
     except (SettingsError, ValueError) as exc:
         fail(str(exc))
+    except TimeoutError as exc:
+        fail(f"hpo run timed out: {exc}", code=EXIT_FAILED)
+    except Exception as exc:  # a trial failed; its runs are already ended FAILED in MLflow
+        fail(f"hpo run failed: {type(exc).__name__}: {exc}", code=EXIT_FAILED)
     table = Table(title=f"{spec.name}: measured")
     for col in ("stage", "trials", "GPUs", "per trial", "kept", "predicted s", "actual s"):
         table.add_column(col, justify="right")

@@ -16,6 +16,7 @@ from allocator.idle_nodes.table2 import TABLE2
 from allocator.idle_nodes.trace import generate_trace, load_trace, trace_stats, write_trace
 from allocator.policies import UnknownPolicyError, make_policy
 from flows.console import console, fail
+from flows.paths import check_output_file
 
 IDLE_POLICIES = ("idle_nodes_milp", "idle_nodes_greedy", "idle_nodes_fifo")
 
@@ -58,6 +59,15 @@ def idle_nodes_command(
 ) -> None:
     """Replay idle nodes under each policy and report U = A_e / A_s, throughput, rescales and solve times."""
     try:
+        if workload not in ("hpo", "diverse"):
+            raise ValueError(f"--workload={workload!r}: choose hpo or diverse")
+        if trainers < 1:
+            raise ValueError(f"--trainers={trainers}: must be >= 1")
+        for name in policy or IDLE_POLICIES:
+            if name not in IDLE_POLICIES:
+                raise ValueError(f"--policy={name!r}: idle-node replay runs {', '.join(IDLE_POLICIES)}")
+        if save_trace is not None:
+            check_output_file(save_trace, "--save-trace")
         if trace is not None:
             idle = load_trace(trace)
         else:
@@ -67,18 +77,15 @@ def idle_nodes_command(
         if not idle.changes:
             raise ValueError("trace: no node changes to replay")
         if save_trace is not None:
-            write_trace(idle, save_trace)
-        if workload not in ("hpo", "diverse"):
-            raise ValueError(f"workload={workload!r}: choose hpo or diverse")
-        if trainers < 1:
-            raise ValueError(f"trainers={trainers}: must be >= 1")
+            try:
+                write_trace(idle, save_trace)
+            except OSError as exc:
+                raise ValueError(f"--save-trace={str(save_trace)!r}: cannot write ({exc.strerror})") from None
         names = sorted(TABLE2) if workload == "diverse" else ["shufflenet"]
         jobs = [trainer_spec(f"t{i:03d}", names[i % len(names)], TABLE2[names[i % len(names)]], 10**13) for i in range(trainers)]
         cost = NodeRescaleCost(up_s, down_s)
         results = []
         for name in policy or IDLE_POLICIES:
-            if name not in IDLE_POLICIES:
-                raise ValueError(f"policy={name!r}: idle-node replay runs {', '.join(IDLE_POLICIES)}")
             params: dict[str, object] = dict(curves=TABLE2)
             if name == "idle_nodes_milp":
                 params.update(t_fwd=t_fwd, up_s=up_s, down_s=down_s, objective=objective, formulation=formulation, time_limit_s=time_limit)

@@ -13,8 +13,9 @@ from allocator.profile_io import profile_to_dict
 from allocator.throughput import t_comm
 from elastic_tasks.profile_cache import ProfileCache
 from elastic_tasks.profiler import ProfilerError, ProfileReport, ProfileSettings, profile_cached
-from elastic_tasks.recipe import EntryPointError, TrainingRecipe, load_entry_point
+from elastic_tasks.recipe import load_entry_point
 from flows.console import EXIT_FAILED, console, fail
+from flows.paths import check_output_dir, check_output_file
 
 
 def parse_int_list(option: str, text: str) -> tuple[int, ...]:
@@ -25,15 +26,6 @@ def parse_int_list(option: str, text: str) -> tuple[int, ...]:
     if not values:
         raise ValueError(f"{option}={text!r}: expected at least one integer")
     return values
-
-
-def _load(entrypoint: str) -> TrainingRecipe:
-    try:
-        return load_entry_point(entrypoint)
-    except EntryPointError:
-        raise
-    except Exception as exc:  # the user's function failed while building its recipe
-        raise EntryPointError(f"entrypoint={entrypoint!r}: calling it raised {type(exc).__name__}: {exc}") from None
 
 
 def _tables(report: ProfileReport) -> list[Table]:
@@ -90,7 +82,11 @@ def profile_command(
             threads=threads,
             include_data=include_data,
         )
-        recipe = _load(entrypoint)
+        if cache_dir is not None:
+            check_output_dir(cache_dir, "--cache-dir")
+        if out is not None:
+            check_output_file(out, "--out")
+        recipe = load_entry_point(entrypoint)
         report = profile_cached(recipe, settings, None if cache_dir is None else ProfileCache(cache_dir), refresh=refresh)
     except ProfilerError as exc:
         fail(str(exc), code=EXIT_FAILED)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Annotated
 
 import typer
 
-from flows.cli_common import settings_or_fail
+from flows.cli_common import prefect_state_or_fail, scheduler_or_fail, settings_or_fail
 from flows.cmd_run import outcome_table, print_ui_hint
 from flows.console import EXIT_FAILED, console, err_console, fail
 
@@ -18,10 +19,14 @@ def quickstart(
     interval: Annotated[float, typer.Option("--interval", help="Δ: seconds between re-allocations.")] = 5.0,
 ) -> None:
     """Run the cluster flow on a LocalCluster: three jobs arrive, elastic_dp grows and shrinks them in place."""
+    if not (math.isfinite(interval) and interval > 0):
+        fail(f"--interval={interval}: must be a finite number > 0")
     settings_or_fail()  # the environment first: a bad MALLEABLE_* stops us even though flags have defaults
     settings = settings_or_fail(workers=workers, interval_s=interval)
     if not (scale > 0):
         fail(f"scale={scale}: must be > 0")
+    prefect_state_or_fail()
+    scheduler_or_fail(settings)
     from flows.live import LoopProgress
     from flows.quickstart_flow import quickstart_flow
 

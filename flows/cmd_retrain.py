@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated
 
 import typer
 
 from allocator.policies import UnknownPolicyError, make_policy
 from elastic_tasks.recipe import load_entry_point
-from flows.cli_common import settings_or_fail
+from flows.cli_common import prefect_state_or_fail, scheduler_or_fail, settings_or_fail
 from flows.console import EXIT_FAILED, console, fail
 
 
@@ -21,9 +22,9 @@ def retrain(
     policy: Annotated[str | None, typer.Option("--policy", "-p", help="Policy (default MALLEABLE_POLICY).")] = None,
 ) -> None:
     """Retrain one model elastically and log metrics and the model to MLflow."""
-    settings_or_fail(workers=workers, policy=policy)
-    if not (epochs > 0):
-        fail(f"epochs={epochs}: must be > 0")
+    settings = settings_or_fail(workers=workers, policy=policy)
+    if not (math.isfinite(epochs) and epochs > 0):
+        fail(f"--epochs={epochs}: must be a finite number > 0")
     if not (0 < min_batch <= max_batch):
         fail(f"min_batch={min_batch}, max_batch={max_batch}: need 0 < min_batch <= max_batch")
     try:
@@ -34,6 +35,8 @@ def retrain(
         fail(str(exc))
     except ValueError as exc:
         fail(str(exc))
+    prefect_state_or_fail()
+    scheduler_or_fail(settings)
     from flows.retrain_flow import retrain_flow
 
     try:

@@ -25,8 +25,9 @@ from allocator.types import JobSpec
 from allocator.workloads.seed000 import load_category_profiles
 from allocator.workloads.trace import TraceError, read_trace
 from flows.cmd_idle_nodes import idle_nodes_command
-from flows.console import console, fail
+from flows.console import EXIT_FAILED, console, fail
 from flows.jobfile import load_jobs_file
+from flows.paths import check_output_dir, read_text_file
 
 # matplotlib (flows.plots) is imported where a plot is drawn: `--no-plots` and bad input never
 # pay for it.
@@ -49,14 +50,14 @@ def load_workload(path: Path, profiles_dir: Path, envelope: bool = False) -> tup
 
     A trace's jobs take their profiles from ``profiles_dir``: every ``*.json`` there, named by
     file stem (``category`` N selects ``cat<N>``, seed 000's files)."""
-    if path.suffix == ".csv" or (path.suffix == ".json" and path.exists() and path.read_text().lstrip().startswith("[")):
-        profiles = load_profile_dir(profiles_dir, envelope)
-        console.print(f"profiles from {profiles_dir}: {', '.join(sorted(profiles))}" + (" (monotone envelope)" if envelope else ""))
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise ValueError(f"trace {str(path)!r}: cannot read ({exc.strerror})") from None
-        return read_trace(text, "csv" if path.suffix == ".csv" else "json", profiles, source=str(path)), None
+    if path.suffix in (".csv", ".json"):
+        text = read_text_file(path, "trace" if path.suffix == ".csv" else "workload file")
+        if path.suffix == ".csv" or text.lstrip().startswith("["):
+            profiles = load_profile_dir(profiles_dir, envelope)
+            jobs = read_trace(text, "csv" if path.suffix == ".csv" else "json", profiles, source=str(path))
+            # Said only once the trace is good: a rejected one prints its one error line alone.
+            console.print(f"profiles from {profiles_dir}: {', '.join(sorted(profiles))}" + (" (monotone envelope)" if envelope else ""))
+            return jobs, None
     spec = load_jobs_file(path)
     return list(spec.jobs), spec.gpus
 
@@ -259,13 +260,17 @@ def simulate_command(
     Idle-node policies (``idle_nodes_*``, seed 003) replay a trace of nodes that come and go
     instead: ``simulate [TRACE.csv] -p idle_nodes_milp`` runs ``malleable idle-nodes`` on it.
     """
-    if policy and all(name.startswith("idle_nodes") for name in policy) and experiment is None:
+    idle = [name for name in policy or [] if name.startswith("idle_nodes")]
+    if idle and len(idle) == len(policy or []) and experiment is None:
         idle_nodes_command(trace=workload, policy=policy, as_json=False)
         return
+    if idle:
+        others = [name for name in policy or [] if name not in idle]
+        fail(f"--policy={idle[0]!r}: idle-node policies replay a node trace and cannot run with {', '.join(others) or '--experiment'}; run them alone")
     if (workload is None) == (experiment is None):
         fail("give either a WORKLOAD file or --experiment NAME")
-    if interval <= 0:
-        fail(f"interval={interval}: must be > 0")
+    if not (math.isfinite(interval) and interval > 0):
+        fail(f"--interval={interval}: must be a finite number > 0")
     if seeds < 1:
         fail(f"seeds={seeds}: must be >= 1")
     try:
@@ -276,6 +281,8 @@ def simulate_command(
         if experiment is not None:
             if experiment not in EXPERIMENTS:
                 fail(f"experiment={experiment!r}: unknown; choose one of {', '.join(EXPERIMENTS)}")
+            load_category_profiles(profiles)  # a bad --profiles fails here, before anything is written
+            check_output_dir(out, "--out")
             out.mkdir(parents=True, exist_ok=True)  # only once the input is known good
             _run_experiment(experiment, tuple(range(seeds)), interval, cost, profiles, out, plots)
             return
@@ -289,9 +296,12 @@ def simulate_command(
         for name in names:
             make_policy(name, **settings[name])  # fail fast on a bad name or value, before any work
         loop = LoopSettings(interval_s=interval, overflow=overflow, react_to_events=react, strict_fifo=DEFAULT_LOOP.strict_fifo if strict_fifo is None else strict_fifo)
+        check_output_dir(out, "--out")
         out.mkdir(parents=True, exist_ok=True)
         _run_trace(jobs, settings, capacity, loop, cost, out, plots)
     except (UnknownPolicyError, TraceError) as exc:
         fail(str(exc))
     except ValueError as exc:
         fail(str(exc))
+    except OSError as exc:  # the checks passed but writing failed: a full disk, a vanished directory
+        fail(f"--out={str(out)!r}: cannot write {exc.filename or ''} ({exc.strerror or exc})", code=EXIT_FAILED)

@@ -14,6 +14,7 @@ from elastic_tasks.protocol import TrainConfig
 from elastic_tasks.preflight import check_recipe
 from elastic_tasks.recipe import EntryPointError, load_entry_point
 from flows.console import EXIT_FAILED, console, err_console, fail, warn
+from flows.paths import check_output_dir
 
 
 def parse_rescales(items: list[str], steps: int) -> list[tuple[int, int]]:
@@ -31,6 +32,43 @@ def parse_rescales(items: list[str], steps: int) -> list[tuple[int, int]]:
             raise ValueError(f"--rescale-at={item!r}: steps must increase (previous {out[-1][0]})")
         out.append((step, gpus))
     return out
+
+
+# TrainConfig validates its fields; a user typed flags, so errors name those.
+_FLAGS = {
+    "TrainConfig.global_batch": "--batch",
+    "TrainConfig.max_steps": "--steps",
+    "TrainConfig.seed": "--seed",
+    "TrainConfig.max_batch_per_gpu": "--max-batch-per-gpu",
+    "TrainConfig.checkpoint_every": "--checkpoint-every",
+    "TrainConfig.timeout_s": "--timeout",
+}
+
+
+def _as_flags(message: str) -> str:
+    for field, flag in _FLAGS.items():
+        message = message.replace(field + "=", flag + "=")
+    return message
+
+
+def _already_finished(path: Path, name: str) -> bool:
+    """A reused directory whose checkpoint says finished: say so instead of training nothing."""
+    from elastic_tasks.state import has_checkpoint, read_meta
+
+    if not has_checkpoint(path):
+        return False
+    try:
+        meta = read_meta(path)
+    except Exception as exc:  # a damaged checkpoint file; torch raises several types
+        fail(f"--checkpoint-dir={str(path)!r}: its checkpoint cannot be read ({type(exc).__name__}: {exc}); move it aside or use a new directory")
+    if not meta.finished:
+        return False
+    console.print(
+        f"{name}: {path} holds a finished run (step {meta.step}, {meta.samples_seen:,} samples); nothing to train. "
+        "Use a new --checkpoint-dir to train again.",
+        markup=False,
+    )
+    return True
 
 
 def train(
@@ -57,6 +95,10 @@ def train(
         n_workers = most if workers is None else workers
         if gpus < 1:
             raise ValueError(f"--gpus={gpus!r}: must be >= 1")
+        if steps < 1:
+            raise ValueError(f"--steps={steps!r}: must be >= 1")
+        if checkpoint_dir is not None:
+            check_output_dir(checkpoint_dir, "--checkpoint-dir")
         if n_workers < most:
             raise ValueError(f"--workers={n_workers!r}: fewer than the {most} GPUs the schedule asks for")
         if global_batch < most:
@@ -73,7 +115,9 @@ def train(
             timeout_s=timeout_s,
         )
     except (EntryPointError, ValueError) as exc:
-        fail(str(exc))
+        fail(_as_flags(str(exc)))
+    if checkpoint_dir is not None and _already_finished(checkpoint_dir, recipe.name):
+        return
     try:
         result = _run(entrypoint, config, gpus, schedule, n_workers, restart, recipe.name)
     except (JobFailed, TimeoutError) as exc:

@@ -8,6 +8,8 @@ flow in ``flows/compare_flow.py`` wraps it with artifacts for deployments.
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +23,10 @@ from mlflow import MlflowClient  # noqa: E402
 from mlflow.exceptions import MlflowException  # noqa: E402
 
 from flows.settings import load_settings  # noqa: E402
-from flows.tracking import PARENT_TAG  # noqa: E402
+from flows.local_state import DamagedStateError, check_sqlite  # noqa: E402
+from flows.tracking import PARENT_TAG, store_damaged, unavailable  # noqa: E402
+
+_RUN_ID = re.compile(r"[A-Za-z0-9_-]+")
 
 SUMMARY_KEYS = ("jobs_completed", "avg_jct_s", "p95_jct_s", "gpu_utilisation", "sjs_efficiency", "rescales", "makespan_s")
 
@@ -53,20 +58,50 @@ class Comparison:
 
 def _client() -> tuple[MlflowClient, str]:
     settings = load_settings()
-    client = MlflowClient(settings.resolved_tracking_uri)
+    uri = settings.resolved_tracking_uri
+    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
+        # Opening it would create an empty store: say there is nothing to compare instead.
+        raise CompareError(f"no MLflow store at {uri.removeprefix('sqlite:///')} (record a run first: `malleable quickstart` or `malleable run`)")
+    if uri.startswith("http"):
+        # mlflow's default retries an unreachable server for minutes; one short try is enough here.
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(max(1, int(settings.tracking_timeout_s))))
     try:
+        if uri.startswith("sqlite:///"):
+            check_sqlite(Path(uri.removeprefix("sqlite:///")), "MLflow store", "record runs again into a fresh one")
+        client = MlflowClient(uri)
         experiment = client.get_experiment_by_name(settings.experiment)
-    except MlflowException as exc:  # a 403 (server's --allowed-hosts) or an unreachable server
-        raise CompareError(
-            f"MALLEABLE_TRACKING_URI={settings.resolved_tracking_uri!r}: MLflow did not answer ({str(exc).splitlines()[0][:160]}); "
-            "if it says 403, start the server with --allowed-hosts listing this host name"
-        ) from None
+    except DamagedStateError as exc:
+        raise CompareError(str(exc)) from None
+    except Exception as exc:
+        if store_damaged(exc):
+            path = uri.removeprefix("sqlite:///")
+            raise CompareError(f"MLflow store {path} is damaged ({type(exc).__name__}); move it aside (mv {path} {path}.damaged) and record runs again") from None
+        if isinstance(exc, MlflowException) or unavailable(exc):  # a 403 (server's --allowed-hosts) or an unreachable server
+            raise CompareError(
+                f"MALLEABLE_TRACKING_URI={uri!r}: MLflow did not answer ({str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__}); "
+                "if it says 403, start the server with --allowed-hosts listing this host name"
+            ) from None
+        raise
     if experiment is None:
-        raise CompareError(f"experiment={settings.experiment!r}: no such MLflow experiment at {settings.resolved_tracking_uri} (record a run first)")
+        raise CompareError(f"experiment={settings.experiment!r}: no such MLflow experiment at {uri} (record a run first)")
     return client, experiment.experiment_id
 
 
+def check_run_ids(run_ids: Sequence[str]) -> None:
+    """Run ids are MLflow's hex ids: anything else would be pasted into a filter string."""
+    for rid in run_ids:
+        if not _RUN_ID.fullmatch(rid):
+            raise ValueError(f"run={rid!r}: not an MLflow run id (letters, digits, '-' or '_')")
+
+
+def png_path(path: Path) -> Path:
+    """Where the plot really goes: matplotlib adds ``.png`` to a name without a suffix."""
+    return path if path.suffix else path.with_suffix(".png")
+
+
 def check_runs(run_ids: Sequence[str]) -> None:
+    check_run_ids(run_ids)
     """Fail fast (CompareError, one line) before a flow run starts: experiment and ids exist."""
     client, experiment_id = _client()
     for rid in run_ids:
@@ -124,6 +159,7 @@ def plot_comparison(runs: Sequence[ComparedRun], path: Path) -> Path:
     ax.legend(fontsize=7)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
+    path = png_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)

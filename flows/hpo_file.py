@@ -15,16 +15,12 @@ import yaml
 from allocator.hpo.parse import hpo_spec_from_dict
 from allocator.hpo.spec import HpoSpec
 from allocator.profile_io import profile_from_dict
+from flows.paths import read_text_file
 
 
 def load_hpo_file(path: str | Path) -> HpoSpec:
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ValueError(f"hpo file {str(path)!r}: no such file") from None
-    except OSError as exc:
-        raise ValueError(f"hpo file {str(path)!r}: cannot read ({exc.strerror})") from None
+    text = read_text_file(path, "hpo file")
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
@@ -34,10 +30,10 @@ def load_hpo_file(path: str | Path) -> HpoSpec:
     ref = trial.get("profile") if isinstance(trial, dict) else None
     if isinstance(ref, str):
         target = (path.parent / ref).resolve()
+        if not target.exists():
+            raise ValueError(f"trial.profile={ref!r}: no such profile file ({target})")
         try:
-            profiles[ref] = profile_from_dict(json.loads(target.read_text()), "trial.profile")
-        except FileNotFoundError:
-            raise ValueError(f"trial.profile={ref!r}: no such profile file ({target})") from None
+            profiles[ref] = profile_from_dict(json.loads(read_text_file(target, f"trial.profile={ref!r}: profile file")), "trial.profile")
         except json.JSONDecodeError as exc:
             raise ValueError(f"trial.profile={ref!r}: {target} is not valid JSON ({exc})") from None
     try:

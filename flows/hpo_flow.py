@@ -35,8 +35,9 @@ from elastic_tasks.protocol import TrainConfig
 from elastic_tasks.trial_queue import TrialLaunch, TrialRun, run_trials
 from flows.flow_artifacts import artifact_key
 from flows.hpo_file import load_hpo_file
-from flows.settings import load_settings
-from flows.tracking import MetricPoint, tracker_from_settings
+from flows.run_guard import RunGuard
+from flows.settings import Settings, load_settings
+from flows.tracking import MetricPoint, Tracker, tracker_from_settings
 
 @dataclass(frozen=True, slots=True)
 class StageRecord:
@@ -133,7 +134,16 @@ def hpo_flow(hpo_file: str, workers: int | None = None, timeout_s: float = 1800.
     prediction = plan_hpo(spec)
     configs = spec.sample_configs()
     tracker = tracker_from_settings(settings)
-    parent = tracker.start_run(
+    # The guard ends every run opened below FAILED (an error) or KILLED (Ctrl-C) if the flow
+    # does not get to end it: a failed or interrupted HPO run leaves nothing RUNNING.
+    with RunGuard(tracker) as guard:
+        return _run_and_record(spec, settings, prediction, configs, tracker, guard, timeout_s)
+
+
+def _run_and_record(
+    spec: HpoSpec, settings: Settings, prediction: Prediction, configs: tuple[dict[str, object], ...], tracker: Tracker, guard: RunGuard, timeout_s: float
+) -> HpoRunResult:
+    parent = guard.start_run(
         f"hpo-{spec.name}",
         params={
             "name": spec.name,
@@ -149,7 +159,7 @@ def hpo_flow(hpo_file: str, workers: int | None = None, timeout_s: float = 1800.
         tags={"malleable.mode": "hpo"},
     )
     children = {
-        k: tracker.start_run(f"trial-{k}", parent=parent, params={**configs[k], "trial": k}, tags={"malleable.hpo": spec.name})
+        k: guard.start_run(f"trial-{k}", parent=parent, params={**configs[k], "trial": k}, tags={"malleable.hpo": spec.name})
         for k in range(spec.stages[0].trials)
     }
     root = settings.resolved_checkpoint_dir / f"hpo-{spec.name}-{uuid.uuid4().hex[:8]}"
@@ -185,7 +195,7 @@ def hpo_flow(hpo_file: str, workers: int | None = None, timeout_s: float = 1800.
         last = max(r.stage for r in mine)
         tracker.log_metrics(child, _trial_points(mine, spec))
         tracker.set_tags(child, {"stopped_after_stage": last, "survived": last == len(spec.stages) - 1, "best": k == best})
-        tracker.end_run(child, "FINISHED")
+        guard.end_run(child, "FINISHED")
     tracker.log_metrics(
         parent,
         [
@@ -201,7 +211,7 @@ def hpo_flow(hpo_file: str, workers: int | None = None, timeout_s: float = 1800.
         ],
     )
     tracker.set_tags(parent, {"best_trial": best})
-    tracker.end_run(parent, "FINISHED")
+    guard.end_run(parent, "FINISHED")
     create_table_artifact(
         key=artifact_key("hpo", spec.name),
         table=[

@@ -14,15 +14,11 @@ import yaml
 from allocator.profile_io import profile_from_dict
 from allocator.specs import JobsFile, jobs_file_from_dict
 from allocator.types import ThroughputProfile
+from flows.paths import read_text_file
 
 
 def _parse(path: Path) -> object:
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ValueError(f"jobs file {str(path)!r}: no such file") from None
-    except OSError as exc:
-        raise ValueError(f"jobs file {str(path)!r}: cannot read ({exc.strerror})") from None
+    text = read_text_file(path, "jobs file")
     try:
         # YAML is a superset of JSON, but JSON errors read better from the json module.
         return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
@@ -40,10 +36,10 @@ def _load_profiles(raw: object, base: Path) -> dict[str, ThroughputProfile]:
         where = f"profiles.{name}"
         if isinstance(ref, str):
             target = (base / ref).resolve()
+            if not target.exists():
+                raise ValueError(f"{where}={str(ref)!r}: no such profile file")
             try:
-                ref = json.loads(target.read_text())
-            except FileNotFoundError:
-                raise ValueError(f"{where}={str(ref)!r}: no such profile file") from None
+                ref = json.loads(read_text_file(target, f"{where}: profile file"))
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{where}: {target} is not valid JSON ({exc})") from None
         profiles[str(name)] = profile_from_dict(ref, where)

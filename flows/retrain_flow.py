@@ -28,6 +28,7 @@ from elastic_tasks.state import read_checkpoint
 from flows.flow_artifacts import artifact_key
 from flows.plan_flow import plan_jobs
 from flows.profile_flow import profile_flow
+from flows.run_guard import RunGuard
 from flows.settings import Settings, load_settings
 from flows.tracking import MetricPoint, tracker_from_settings
 
@@ -143,7 +144,8 @@ def retrain_flow(
     profile = profile_flow(entrypoint, batch_sizes=profile_batches or [8, 16, 32, 64])
     tracker = tracker_from_settings(settings)
     total = max(1, int(round(epochs * len(recipe.dataset))))  # type: ignore[arg-type]
-    with connect(settings.cluster.value, workers=settings.workers, address=settings.scheduler_address, kube=_kube(settings, settings.workers)) as client:
+    # The guard ends the run FAILED/KILLED if training raises or is interrupted (never left RUNNING).
+    with RunGuard(tracker) as guard, connect(settings.cluster.value, workers=settings.workers, address=settings.scheduler_address, kube=_kube(settings, settings.workers)) as client:
         available = wait_for_workers(client, 1 if settings.cluster.value != "local" else settings.workers)
         spec = JobSpec(id=job_id, workload=entrypoint, total_samples=total, min_batch=min_batch, max_batch=max_batch, max_gpus=len(available), profile=profile)
         plan = plan_jobs([spec], len(available), settings.policy)
@@ -151,7 +153,7 @@ def retrain_flow(
         assert share is not None
         checkpoint_dir = settings.checkpoint_location(f"retrain-{job_id}-{uuid.uuid4().hex[:8]}")
         config = TrainConfig(global_batch=share.batch, total_samples=total, max_batch_per_gpu=profile.max_batch_per_gpu, checkpoint_dir=str(checkpoint_dir))
-        run = tracker.start_run(
+        run = guard.start_run(
             f"retrain-{job_id}",
             params={"entrypoint": entrypoint, "policy": settings.policy, "gpus": share.gpus, "global_batch": share.batch, "epochs": epochs, "total_samples": total, "workers_available": len(available), "hardware": profile.hardware},
             tags={"malleable.mode": "retrain"},
@@ -170,7 +172,7 @@ def retrain_flow(
             tracker.log_artifacts(run, save_model_dir(entrypoint, checkpoint_dir, Path(tmp) / "model"), "model")
         run_id = tracker.run_id(run)
         model_uri = f"runs:/{run_id}/model" if run_id else None
-    tracker.end_run(run, "FINISHED" if result.finished else "FAILED")
+    guard.end_run(run, "FINISHED" if result.finished else "FAILED")
     create_table_artifact(
         key=artifact_key("retrain", job_id),
         table=[{"job": job_id, "gpus": share.gpus, "global_batch": share.batch, "steps": result.steps, "final_loss": f"{result.final_loss or float('nan'):.4f}", "eval_accuracy": "-" if result.eval_accuracy is None else f"{result.eval_accuracy:.3f}", "train_s": f"{train_s:.1f}"}],

@@ -8,6 +8,7 @@ ephemeral API.
 
 from __future__ import annotations
 
+import re
 from enum import Enum
 from pathlib import Path
 
@@ -18,6 +19,8 @@ from allocator.admission import OverflowMode
 from allocator.policies import UnknownPolicyError, available_policies, make_policy
 
 ENV_PREFIX = "MALLEABLE_"
+# scheme:rest with no spaces (sqlite:///…, http(s)://…, postgresql+psycopg://…, file:///…) or databricks
+_URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*:\S+|databricks)$")
 
 
 class ClusterKind(str, Enum):
@@ -43,7 +46,7 @@ class Settings(BaseSettings):
     scheduler_address: str | None = Field(None, description="Dask scheduler, e.g. tcp://10.0.0.5:8786 (cluster=address).")
     workers: int = Field(4, ge=1, le=4096, description="(Virtual) GPU workers: one Dask worker each, resource GPU=1.")
     policy: str = Field("elastic_dp", description="Allocation policy name.")
-    interval_s: float = Field(10.0, gt=0, description="Δ: seconds between re-allocations.")
+    interval_s: float = Field(10.0, gt=0, allow_inf_nan=False, description="Δ: seconds between re-allocations.")
     overflow: OverflowMode = Field(OverflowMode.QUEUE, description="Jobs that do not fit: drop or queue.")
     kube_image: str = Field("malleable:0.1.0-cuda", min_length=1, description="Container image of Kubernetes Dask workers (GPU pods: the CUDA build).")
     kube_namespace: str = Field("default", min_length=1, description="Kubernetes namespace.")
@@ -62,6 +65,22 @@ class Settings(BaseSettings):
             make_policy(value)
         except UnknownPolicyError:
             raise ValueError(f"unknown policy; choose one of {', '.join(available_policies())}") from None
+        return value
+
+    @field_validator("tracking_uri")
+    @classmethod
+    def _uri_has_scheme(cls, value: str | None) -> str | None:
+        # mlflow reads a bare path as a directory store (refused by MLflow 3) and fails deep
+        # inside on anything else; say here what a tracking URI looks like.
+        if value is not None and not _URI.match(value):
+            raise ValueError("not a tracking URI; expected e.g. sqlite:///path/mlflow.db or http://host:5000")
+        return value
+
+    @field_validator("state_dir")
+    @classmethod
+    def _state_dir_not_a_file(cls, value: Path) -> Path:
+        if value.exists() and not value.is_dir():
+            raise ValueError("is a file; the state directory must be a directory")
         return value
 
     @model_validator(mode="after")
@@ -137,3 +156,7 @@ def load_settings(**overrides: object) -> Settings:
         return Settings(**given)
     except ValidationError as exc:
         raise SettingsError(_one_line(exc, set(given))) from None
+    except UnicodeDecodeError as exc:  # python-dotenv reading a .env that is not text
+        raise SettingsError(f".env {str(Path('.env').resolve())!r}: not UTF-8 text (byte {exc.start}); fix or remove it") from None
+    except OSError as exc:  # e.g. .env is a directory
+        raise SettingsError(f".env {str(Path('.env').resolve())!r}: cannot read ({exc.strerror})") from None

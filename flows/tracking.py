@@ -27,6 +27,8 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
+from flows.local_state import DamagedStateError, check_sqlite
+
 PARENT_TAG = "mlflow.parentRunId"
 OFFLINE_PREFIX = "offline-"
 # log_batch accepts at most 1000 metrics and 100 params per call.
@@ -66,6 +68,22 @@ def _refused(exc: BaseException) -> bool:
     return isinstance(exc, MlflowException) and "error code 403" in str(exc)
 
 
+def store_damaged(exc: BaseException) -> bool:
+    """Is a local store broken (a truncated or corrupt sqlite file) rather than the request bad?"""
+    seen: BaseException | None = exc
+    while seen is not None:
+        # sqlite3.DatabaseError and sqlalchemy's DatabaseError (which wraps it) share the name.
+        if isinstance(seen, DamagedStateError) or type(seen).__name__ == "DatabaseError" or "database disk image is malformed" in str(seen) or "file is not a database" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def unavailable(exc: BaseException) -> bool:
+    """The store cannot be used now: the server is unreachable or the local store is damaged."""
+    return _unreachable(exc) or store_damaged(exc)
+
+
 def _say(message: str) -> None:
     from flows.console import err_console
 
@@ -93,7 +111,8 @@ class Tracker:
         self.tracking_uri = tracking_uri
         self.experiment = experiment
         self.buffer_path = Path(buffer_path)
-        self.client = MlflowClient(tracking_uri)
+        self.client: MlflowClient | None = None
+        self._damaged: str | None = None
         self._retry_every_s = retry_every_s
         self._notify = notify
         self._told = False
@@ -103,6 +122,12 @@ class Tracker:
         # Where a new experiment keeps its artifacts; None lets the server (or mlflow's
         # default, ./mlruns under the current directory) decide.
         self.artifact_location = artifact_location
+        try:
+            self._connect()
+        except Exception as exc:
+            if not store_damaged(exc):
+                raise
+            self._note_damaged(exc)  # calls go to the journal; replayed once the store is repaired
 
     # ---- public API -------------------------------------------------------------------------
 
@@ -170,7 +195,7 @@ class Tracker:
         self._last_try = time.monotonic()
         if not self.offline:
             return True
-        lines = [json.loads(line) for line in self.buffer_path.read_text().splitlines() if line.strip()]
+        lines = self._read_journal()
         ops = []
         for op in lines:
             if op["op"] == "refs":
@@ -181,7 +206,7 @@ class Tracker:
             try:
                 self._send(op)
             except Exception as exc:
-                if not (_refused(exc) or _unreachable(exc)):
+                if not (_refused(exc) or unavailable(exc)):
                     raise
                 self._rewrite([{"op": "refs", "map": self._refs}, *ops[i:]])
                 return False
@@ -201,9 +226,12 @@ class Tracker:
                 return self._send(op)
             except Exception as exc:
                 refused = _refused(exc)
-                if not (refused or _unreachable(exc)):
+                damaged = store_damaged(exc)
+                if damaged:
+                    self._note_damaged(exc)  # says what to do itself
+                elif not (refused or _unreachable(exc)):
                     raise
-                if not self._told:
+                if not self._told and not damaged:
                     why = (
                         f"refuses this client (403; start the server with --allowed-hosts listing "
                         f"{_host(self.tracking_uri)!r})"
@@ -219,11 +247,51 @@ class Tracker:
         self._append(op)
         return None
 
+    def _connect(self) -> MlflowClient:
+        if self.client is None:
+            if self.tracking_uri.startswith("sqlite:///"):  # SQLite may not notice a truncated file until too late
+                check_sqlite(Path(self.tracking_uri.removeprefix("sqlite:///")), "MLflow store", "the next command starts a fresh one")
+            self.client = MlflowClient(self.tracking_uri)
+            self._damaged = None
+        return self.client
+
+    def _note_damaged(self, exc: BaseException) -> None:
+        """Say once what is broken and what to do; the caller then journals the call."""
+        self.client = None
+        if self._damaged is None:
+            where = self.tracking_uri.removeprefix("sqlite:///")
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            self._damaged = first if isinstance(exc, DamagedStateError) else (
+                f"MLflow store {where} is damaged ({type(exc).__name__}: {first}); move it aside (mv {where} {where}.damaged): the next command starts a fresh one"
+            )
+            self._notify(f"{self._damaged}. Tracking calls are kept in {self.buffer_path} until then.")
+            self._told = True
+
+    def _read_journal(self) -> list[dict]:
+        """The journal's records; a torn line (a write cut short by a crash) is skipped, the rest kept."""
+        ops, torn = [], 0
+        for line in self.buffer_path.read_text(encoding="utf-8", errors="replace").splitlines():
+            if not line.strip():
+                continue
+            try:
+                op = json.loads(line)
+            except json.JSONDecodeError:
+                torn += 1
+                continue
+            if isinstance(op, dict) and "op" in op:
+                ops.append(op)
+            else:
+                torn += 1
+        if torn:
+            self._notify(f"{self.buffer_path}: skipped {torn} damaged line(s) (a write cut short); {len(ops)} buffered call(s) kept.")
+        return ops
+
     def _experiment(self) -> str:
         if self._experiment_id is None:
-            found = self.client.get_experiment_by_name(self.experiment)
+            client = self._connect()
+            found = client.get_experiment_by_name(self.experiment)
             self._experiment_id = (
-                found.experiment_id if found is not None else self.client.create_experiment(self.experiment, artifact_location=self.artifact_location)
+                found.experiment_id if found is not None else client.create_experiment(self.experiment, artifact_location=self.artifact_location)
             )
         return self._experiment_id
 
@@ -236,29 +304,30 @@ class Tracker:
 
     def _send(self, op: dict) -> object:
         kind = op["op"]
+        client = self._connect()
         if kind == "create_run":
             tags = dict(op["tags"])
             parent = self._resolve(op["parent"])
             if parent is not None:
                 tags[PARENT_TAG] = parent
-            run = self.client.create_run(self._experiment(), run_name=op["name"], tags=tags)
+            run = client.create_run(self._experiment(), run_name=op["name"], tags=tags)
             self._refs[op["ref"]] = run.info.run_id
             return run.info.run_id
         run_id = self._resolve(op["run"])
         assert run_id is not None
         if kind == "log_batch":
-            self.client.log_batch(
+            client.log_batch(
                 run_id,
                 metrics=[Metric(k, v, ts, step) for k, v, ts, step in op.get("metrics", ())],
                 params=[Param(k, v) for k, v in op.get("params", ())],
                 tags=[RunTag(k, v) for k, v in op.get("tags", ())],
             )
         elif kind == "artifact":
-            self.client.log_artifact(run_id, op["path"], op.get("artifact_path"))
+            client.log_artifact(run_id, op["path"], op.get("artifact_path"))
         elif kind == "artifacts":
-            self.client.log_artifacts(run_id, op["path"], op.get("artifact_path"))
+            client.log_artifacts(run_id, op["path"], op.get("artifact_path"))
         elif kind == "terminate":
-            self.client.set_terminated(run_id, op["status"])
+            client.set_terminated(run_id, op["status"])
         else:
             raise ValueError(f"journal op={kind!r}: unknown")
         return None

@@ -57,6 +57,10 @@ def test_simulate_flow_records_parent_nested_runs_and_compare_puts_them_side_by_
 
     latest = CliRunner().invoke(app, ["compare", "--last", "2", "--out", str(png)])
     assert latest.exit_code == 0 and "elastic" in latest.output and "fixed" in latest.output
+    # --out without a suffix: matplotlib writes NAME.png, and that is the name printed.
+    bare = state / "cmp-bare"
+    named = CliRunner(env={"COLUMNS": "250"}).invoke(app, ["compare", "--last", "2", "--out", str(bare)])
+    assert named.exit_code == 0 and f"{bare}.png" in named.output and Path(f"{bare}.png").is_file() and not bare.exists()
 
 
 def test_compare_unknown_run_is_one_line(state):

@@ -58,3 +58,14 @@ def test_real_hpo_run_shrinks_stops_losers_and_logs_nested_runs(prefect_harness,
         history = client.get_metric_history(child.info.run_id, "gpus")
         assert len(history) == int(child.data.tags["stopped_after_stage"]) + 1
         assert client.get_metric_history(child.info.run_id, "train_loss")
+
+
+@pytest.mark.slow
+def test_hpo_run_cut_short_leaves_no_run_running(prefect_harness, state: Path) -> None:
+    """A stage past its timeout: the flow fails, and its parent and trial runs end FAILED in MLflow."""
+    with pytest.raises(TimeoutError):
+        hpo_flow(str(TINY), workers=4, timeout_s=0.2)
+    client = MlflowClient(f"sqlite:///{state / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("hpo-test").experiment_id])
+    assert len(runs) == 5  # the parent and the 4 trials of stage 0
+    assert {r.info.status for r in runs} == {"FAILED"}

@@ -131,7 +131,7 @@ def cloud_from(value: object) -> CloudModel:
         ),
     )
     billing = data.get("billing", Billing.PER_INSTANCE.value)
-    if billing not in {b.value for b in Billing}:
+    if not isinstance(billing, str) or billing not in {b.value for b in Billing}:
         raise ValueError(f"cloud.billing={billing!r}: must be one of {', '.join(b.value for b in Billing)}")
     fields = {k: data[k] for k in ("granularity_s", "min_charge_s", "max_instances", "data_gb", "data_price_per_gb") if k in data}
     return _wrap(

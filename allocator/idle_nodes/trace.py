@@ -95,6 +95,8 @@ def load_trace(path: str | Path) -> IdleTrace:
         text = path.read_text()
     except OSError as exc:
         raise ValueError(f"trace={str(path)!r}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"trace={str(path)!r}: not UTF-8 text (byte {exc.start}); is it a binary file?") from None
     rows = list(csv.reader(text.splitlines()))
     if not rows or [h.strip() for h in rows[0]] != ["time_s", "node", "state"]:
         raise ValueError(f"{path}: line 1: header must be 'time_s,node,state', got {','.join(rows[0]) if rows else '(empty file)'!r}")

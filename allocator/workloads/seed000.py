@@ -57,6 +57,8 @@ def load_category_profiles(directory: str | Path) -> dict[int, ThroughputProfile
             data = json.loads(path.read_text())
         except FileNotFoundError:
             raise ValueError(f"profile file {str(path)!r} for category {c.number}: no such file") from None
+        except (OSError, UnicodeDecodeError) as exc:  # a directory, a file where the directory should be, binary
+            raise ValueError(f"profile file {str(path)!r} for category {c.number}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
         except json.JSONDecodeError as exc:
             raise ValueError(f"profile file {str(path)!r}: not valid JSON ({exc})") from None
         profiles[c.number] = profile_from_dict(data, str(path))

@@ -72,7 +72,10 @@ def job_from_row(row: Mapping[str, object], where: str, profiles: Mapping[str, T
     for column in _REQUIRED:
         if not _present(row, column):
             raise TraceError(f"{where}, column {column}: missing value")
-    unknown = sorted(set(row) - set(COLUMNS))
+    if None in row:  # csv.DictReader files fields beyond the header under the key None
+        extra = row[None]  # type: ignore[index]
+        raise TraceError(f"{where}: {len(row) - 1 + len(extra)} fields but the header has {len(row) - 1} columns (extra: {extra!r})")  # type: ignore[arg-type]
+    unknown = sorted(str(c) for c in set(row) - set(COLUMNS))
     if unknown:
         raise TraceError(f"{where}, column {unknown[0]}: unknown column (known: {', '.join(COLUMNS)})")
     if _present(row, "profile"):
@@ -120,6 +123,8 @@ def read_trace(text: str, fmt: str, profiles: Mapping[str, ThroughputProfile], s
         rows = data
     else:
         raise TraceError(f"format={fmt!r}: use csv or json")
+    if not rows:
+        raise TraceError(f"{source}: no jobs (the trace is empty or has only a header)")
     jobs = [job_from_row(row, f"{source} row {i}", profiles) for i, row in enumerate(rows, start=1)]
     seen: set[str] = set()
     for i, job in enumerate(jobs, start=1):
