@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from allocator.policies import UnknownPolicyError, make_policy
-from flows.cli_common import settings_or_fail, ui_commands
+from flows.cli_common import prefect_state_or_fail, scheduler_or_fail, settings_or_fail, ui_commands
 from flows.console import EXIT_FAILED, console, err_console, fail
 from flows.jobfile import load_jobs_file
 from flows.record import JobOutcome
@@ -61,6 +61,9 @@ def run(
         fail(str(exc))
     except ValueError as exc:
         fail(f"{jobs_file}: {exc}" if str(jobs_file) not in str(exc) else str(exc))
+    prefect_state_or_fail()  # a damaged Prefect database: one line, before any flow
+    if not simulate:
+        scheduler_or_fail(settings)  # an unreachable scheduler address: one line in seconds
     if simulate:
         from flows.simulate_flow import simulate_flow
 

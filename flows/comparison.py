@@ -77,7 +77,9 @@ def _client() -> tuple[MlflowClient, str]:
         if store_damaged(exc):
             path = uri.removeprefix("sqlite:///")
             raise CompareError(f"MLflow store {path} is damaged ({type(exc).__name__}); move it aside (mv {path} {path}.damaged) and record runs again") from None
-        if isinstance(exc, MlflowException) or unavailable(exc):  # a 403 (server's --allowed-hosts) or an unreachable server
+        if unavailable(exc):
+            raise CompareError(f"MLflow at {uri} is unreachable ({type(exc).__name__}); start it or set MALLEABLE_TRACKING_URI") from None
+        if isinstance(exc, MlflowException):  # e.g. a 403: the server's --allowed-hosts does not list us
             raise CompareError(
                 f"MALLEABLE_TRACKING_URI={uri!r}: MLflow did not answer ({str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__}); "
                 "if it says 403, start the server with --allowed-hosts listing this host name"
