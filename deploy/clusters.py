@@ -43,13 +43,23 @@ def local_cluster(workers: int, *, memory_limit: str | int = 0, dashboard: bool 
     path = os.pathsep.join([os.getcwd()] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
     inherited = os.environ.get("DASK_INTERNAL_INHERIT_CONFIG")
     config = dask.config.merge(dask.config.deserialize(inherited) if inherited else {}, training_worker_config())
-    with _environ(PYTHONPATH=path, DASK_INTERNAL_INHERIT_CONFIG=dask.config.serialize(config)):
+    with _environ(PYTHONPATH=path, DASK_INTERNAL_INHERIT_CONFIG=dask.config.serialize(config), **_subprocess_logging()):
         return SubprocessCluster(
             n_workers=workers,
             threads_per_worker=1,
             worker_kwargs={"resources": {GPU_RESOURCE: 1}, "memory_limit": memory_limit},
             dashboard_address=":0" if dashboard else None,
         )
+
+
+def _subprocess_logging() -> dict[str, str]:
+    """The environment that sets the subprocesses' ``distributed`` log level from the caller's
+    (the CLI: errors only unless ``-v``). distributed logs a failed task at ERROR with its whole
+    traceback; the job's failure says it in one line, so a quiet caller gets CRITICAL there."""
+    level = os.environ.get("DASK_LOGGING__DISTRIBUTED")
+    if not level:
+        return {}
+    return {"DASK_LOGGING__DISTRIBUTED": "critical" if level.lower() in ("error", "critical") else level}
 
 
 @contextmanager

@@ -143,8 +143,15 @@ def named(result: LoopResult, names: Mapping[str, str]) -> LoopResult:
         result,
         schedule=tuple(dataclasses.replace(r, job_id=names.get(r.job_id, r.job_id)) for r in result.schedule),
         events=tuple(dataclasses.replace(e, job_id=names.get(e.job_id, e.job_id)) for e in result.events),
-        jobs=tuple(dataclasses.replace(r, job_id=names.get(r.job_id, r.job_id)) for r in result.jobs),
+        jobs=tuple(dataclasses.replace(r, job_id=names.get(r.job_id, r.job_id), failed=_renamed(r.failed, names)) for r in result.jobs),
     )
+
+
+def _renamed(text: str | None, names: Mapping[str, str]) -> str | None:
+    for store_id, name in names.items():
+        if text is not None and store_id in text:
+            text = text.replace(store_id, name)
+    return text
 
 
 def forget_jobs(coordinators: Iterable[JobCoordinator]) -> None:

@@ -85,9 +85,16 @@ def run(
 
             console.print(f"{jobs_file.name}: scheduled by the running service ({outcome.wall_s:.0f} s)", highlight=False, markup=False)
             console.print(jobs_table(outcome.service_jobs))
-            if any(r.state.value != "finished" for r in outcome.service_jobs):
-                raise typer.Exit(EXIT_FAILED)
-            return
-        console.print(outcome_table(f"{jobs_file.name}: real run on {settings.workers} workers ({outcome.wall_s:.0f} s)", outcome.recorded.outcomes))
-        console.print(f"MLflow parent run [bold]{outcome.recorded.parent_run}[/], {outcome.recorded.metrics.rescales} rescales")
+            unfinished = [f"job {r.name} ({r.id}) {r.state.value}" + (f": {r.error}" if r.error else "") for r in outcome.service_jobs if r.state.value != "finished"]
+        else:
+            console.print(outcome_table(f"{jobs_file.name}: real run on {settings.workers} workers ({outcome.wall_s:.0f} s)", outcome.recorded.outcomes))
+            console.print(f"MLflow parent run [bold]{outcome.recorded.parent_run}[/], {outcome.recorded.metrics.rescales} rescales")
+            unfinished = [f"job {r.job_id} failed: {r.failed.removeprefix(f'job {r.job_id}: ')}" for r in outcome.result.jobs if r.failed] + [
+                f"job {r.job_id} was dropped: it can never fit the cluster" for r in outcome.result.jobs if r.dropped
+            ]
+        if unfinished:
+            # The others ran to the end; the command still says the run did not do all it was asked.
+            for line in unfinished:
+                err_console.print(f"error: {line}", markup=False, highlight=False, soft_wrap=True)
+            raise typer.Exit(EXIT_FAILED)
     print_ui_hint()
