@@ -13,7 +13,7 @@
   parsing those 1000 submissions from the store.
 * ``recovery_s``: ``kill -9`` of a ``malleable serve`` process running 2 jobs -> a new
   service process (cluster start included) has both running again; split into
-  ``recovery_to_serving_s`` (process start, lease, fencing the orphaned cluster, new cluster)
+  ``recovery_to_serving_s`` (process start, lease, fencing and adopting the orphaned cluster)
   and the rest (resuming from the checkpoints). ``jobs_lost`` / ``jobs_duplicated``: of the
   jobs of that run, how many never finished / finished or started more than once per
   service attempt.
@@ -259,8 +259,8 @@ def main() -> None:
         rec = recovery(work)
         out.update(rec)
         print(
-            f"kill -9 -> all jobs running again: {rec['recovery_s']} s ({rec['recovery_to_serving_s']} s to a serving process with a new "
-            f"cluster, {rec['recovery_resume_s']} s to resume from checkpoints); lost {rec['jobs_lost']}, duplicated {rec['jobs_duplicated']}"
+            f"kill -9 -> all jobs running again: {rec['recovery_s']} s ({rec['recovery_to_serving_s']} s to a serving process that adopted the "
+            f"orphaned cluster, {rec['recovery_resume_s']} s to resume from checkpoints); lost {rec['jobs_lost']}, duplicated {rec['jobs_duplicated']}"
         )
     print(json.dumps(out))
 
