@@ -31,10 +31,12 @@ from elastic_tasks.coordinator import JobCoordinator, JobResult
 from elastic_tasks.entrypoints import resolve_workload
 from elastic_tasks.executor import JobSettings
 from elastic_tasks.recipe import load_entry_point
+from flows.interrupts import on_interrupt
 from flows.flow_artifacts import ProgressArtifact, publish_results, summary_markdown
 from flows.jobfile import load_jobs_file
 from flows.live_tracking import LiveRecorder
 from flows.record import RecordedRun, parent_params, record_run
+from flows.run_guard import status_for
 from flows.retrain_flow import MissingPackageError, worth_retrying, wait_for_workers
 from flows.settings import load_settings
 from flows.tracking import MetricPoint, tracker_from_settings
@@ -125,7 +127,7 @@ def drive(
             except Exception as exc:  # live metrics are a view; the run goes on without them
                 print(f"live metrics skipped: {type(exc).__name__}: {exc}")
 
-    with EmbeddedService(config, client, observer=observe) as service:
+    with EmbeddedService(config, client, observer=observe) as service, on_interrupt(service.abort):
         holder.append(service)
         ids = service.submit_at_arrivals(jobs, key_prefix=Path(store_url).name)
         service.wait(list(ids.values()))
@@ -251,7 +253,12 @@ def cluster_flow(
             tracker, name, {j.id: j for j in jobs}, parent_params("real", chosen, len(available), loop_settings, len(jobs), extra),
             {"malleable.mode": "real", "malleable.policy": chosen},
         )  # fmt: skip
-        result, results, start_ms = drive(client, jobs, chosen, loop_settings, job_settings, f"sqlite:///{run_dir / 'jobs.db'}", observe, live.sample)
+        try:
+            with on_interrupt(lambda: live.end_all("KILLED")):
+                result, results, start_ms = drive(client, jobs, chosen, loop_settings, job_settings, f"sqlite:///{run_dir / 'jobs.db'}", observe, live.sample)
+        except BaseException as exc:  # no run is left RUNNING in MLflow
+            live.end_all(status_for(exc))
+            raise
     wall_s = time.monotonic() - t0
     progress.update(len(jobs))
     series, finals = _measured(results, result, start_ms)

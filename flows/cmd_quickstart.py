@@ -27,10 +27,12 @@ def quickstart(
         fail(f"scale={scale}: must be > 0")
     prefect_state_or_fail()
     scheduler_or_fail(settings)
+    from flows.interrupts import install
     from flows.live import LoopProgress
     from flows.quickstart_flow import quickstart_flow
 
     console.print(f"[bold]malleable quickstart[/]: 3 jobs, {workers} virtual GPU workers, elastic_dp, Δ = {interval:g} s; state in {settings.state_dir}", soft_wrap=True)
+    install(lambda sig: f"interrupted ({sig}): ranks stopped, cluster shut down, MLflow runs marked KILLED; jobs resume from their checkpoints in {settings.resolved_checkpoint_dir}")
     t0 = time.monotonic()
     try:
         with LoopProgress(err_console) as progress:

@@ -73,8 +73,10 @@ def run(
         console.print(f"MLflow parent run [bold]{outcome.recorded.parent_run}[/]")
     else:
         from flows.cluster_flow import cluster_flow
+        from flows.interrupts import install
         from flows.live import LoopProgress
 
+        install(lambda sig: f"interrupted ({sig}): ranks stopped, cluster shut down, MLflow runs marked KILLED; jobs resume from their checkpoints in {settings.resolved_checkpoint_dir}")
         try:
             with LoopProgress(err_console, len(spec.jobs)) as progress:
                 outcome = cluster_flow(str(jobs_file), workers=workers, policy=policy, interval_s=interval, run_name=name, on_step=progress)

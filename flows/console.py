@@ -14,6 +14,8 @@ from rich.markup import escape
 # Exit codes: 0 success, 1 the work itself failed, 2 bad input (file, flag, setting).
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
+# Interrupted (Ctrl-C / SIGTERM): the shell's convention, 128 + SIGINT.
+EXIT_INTERRUPTED = 130
 
 console = Console()
 err_console = Console(stderr=True)

@@ -36,6 +36,14 @@ class LiveRecorder:
         self._mode = tags.get("malleable.mode", "real")
         self.runs = LiveRuns(tracker.start_run(name, params=params, tags=tags))
 
+    def end_all(self, status: str) -> None:
+        """End every run opened so far (jobs first, then the parent): a run cut short."""
+        for run in [*self.runs.job_runs.values(), self.runs.parent_run]:
+            try:
+                self._tracker.end_run(run, status)
+            except Exception:  # noqa: BLE001 - ending what we can; the original error matters more
+                continue
+
     def sample(self, coordinators: Iterable[tuple[str, object]]) -> None:
         """Log each running job's latest reported step (``(job id, JobCoordinator)`` pairs)."""
         for job_id, coordinator in coordinators:

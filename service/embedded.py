@@ -56,6 +56,20 @@ class EmbeddedService:
         if self._error is not None and exc[0] is None:
             raise ServiceDied(f"the run's scheduler stopped: {type(self._error).__name__}: {self._error}") from self._error
 
+    def abort(self, wait_s: float = 3.0) -> None:
+        """Stop at once (the process is being interrupted): no checkpoint round, the ranks told to
+        stop, the cluster shut down. Jobs resume from their last periodic checkpoint."""
+        self.service.stop()
+        executor = self.service.executor
+        for job in list(executor.jobs.values()) if executor is not None else []:
+            try:
+                job.stop()
+            except Exception:  # noqa: BLE001 - shutting down; the cluster goes next anyway
+                continue
+        if self._thread is not None:
+            self._thread.join(wait_s)
+        self.client.shutdown()
+
     def submit_at_arrivals(self, specs: Sequence[JobSpec], key_prefix: str) -> dict[str, str]:
         """Submit each job at its ``arrival_time`` (seconds from now); job name -> store id."""
         t0 = time.monotonic()
