@@ -12,6 +12,10 @@ Figures (so far):
   faults_survived         of those: named in one line (or journaled and replayed), no traceback
   hangs                   probes that ran past their time limit
   seconds_to_fail_compare_unreachable   `malleable compare` against a port nobody listens on
+  seconds_to_exit_after_job_failure     `malleable run` of a failing and a good job: from the bad
+                          job's first failing step to the command's exit (the good one finishes)
+  seconds_to_exit_after_sigint          Ctrl-C (SIGINT to the process group) of a running
+                          `malleable run`: to the process's exit, one line, no orphans
 
 Run: python benchmarks/faults_bench.py [--only bad_inputs]
 """
@@ -107,7 +111,8 @@ def damaged_state(work: Path) -> Figures:
     home.mkdir()
     prefect_db = _sqlite(home / "prefect.db")
     os.truncate(prefect_db, prefect_db.stat().st_size // 2)
-    code, lines, tb, seconds = _cli(["compare"], work, PREFECT_HOME=str(home), PREFECT_API_URL="")
+    # quickstart runs a flow (compare reads MLflow only and needs no Prefect)
+    code, lines, tb, seconds = _cli(["quickstart"], work, PREFECT_HOME=str(home), PREFECT_API_URL="")
     injected += 1
     hangs += code == -1
     survived += code == 2 and len(lines) == 1 and not tb and "Prefect database" in lines[0]
@@ -124,7 +129,114 @@ def unreachable(work: Path) -> Figures:
     return {"faults_injected": 1, "faults_survived": int(ok), "hangs": int(code == -1), "seconds_to_fail_compare_unreachable": round(seconds, 2)}
 
 
-PROBES: list[Callable[[Path], Figures]] = [bad_inputs, damaged_state, unreachable]
+PROFILE = {
+    "workload": "mlp_tiny", "hardware": "bench", "num_params": 6532, "batch_sizes": [8, 16, 32, 64],
+    "iter_times_s": [0.004, 0.006, 0.010, 0.018], "max_batch_per_gpu": 64,
+}  # fmt: skip
+FAILING_RECIPE = """
+import dataclasses, time
+import torch.distributed as dist
+from elastic_tasks.examples import mlp_tiny
+
+def recipe():
+    base = mlp_tiny()
+    build = base.build_model
+    def build_model():
+        model = build()
+        forward = model.forward
+        def failing(x):
+            if dist.is_initialized():  # fine in the pre-flight check, fails in a rank
+                with open("failed_at", "w") as f:
+                    f.write(repr(time.time()))
+                raise RuntimeError("injected failure")
+            return forward(x)
+        model.forward = failing
+        return model
+    return dataclasses.replace(base, name="failing", build_model=build_model)
+"""
+
+
+def _jobs_file(path: Path, jobs: list[dict]) -> None:
+    import yaml
+
+    path.write_text(yaml.safe_dump({"profiles": {"p": PROFILE}, "jobs": [{"profile": "p", "min_batch": 32, "max_batch": 64, "max_gpus": 1, **j} for j in jobs]}))
+
+
+def _run_env(work: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLEABLE_")}
+    env.update(PYTHONPATH=str(REPO), MALLEABLE_WORKERS="2", PREFECT_HOME=str(work / "prefect"), COLUMNS="250")
+    return env
+
+
+def _orphans(session: int, wait_s: float = 10.0) -> list[str]:
+    """Processes of the command's session still alive ``wait_s`` after it exited (its Prefect
+    server and Dask processes get the signal too and need a moment to end)."""
+    import psutil
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = []
+        for p in psutil.process_iter():
+            try:
+                if os.getsid(p.pid) == session or p.ppid() == session:
+                    left.append(" ".join(p.cmdline())[:120])
+            except (OSError, psutil.Error):
+                continue
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)
+
+
+def job_failure(work: Path) -> Figures:
+    """A job whose ranks raise: reported as failed with the cause, the other job finishes, exit 1."""
+    root = work / "job-failure"
+    root.mkdir()
+    (root / "failing.py").write_text(FAILING_RECIPE)
+    _jobs_file(root / "jobs.yaml", [{"id": "bad", "workload": "failing:recipe", "samples": 50_000}, {"id": "good", "workload": "mlp_tiny", "samples": 30_000}])
+    try:
+        proc = subprocess.run([sys.executable, "-m", "flows.cli", "run", "jobs.yaml"], cwd=root, env=_run_env(work), capture_output=True, text=True, timeout=TIME_LIMIT_S * 2)
+    except subprocess.TimeoutExpired:
+        return {"faults_injected": 1, "faults_survived": 0, "hangs": 1}
+    exited = time.time()
+    failed_at = float((root / "failed_at").read_text()) if (root / "failed_at").exists() else float("nan")
+    out = proc.stdout + proc.stderr
+    errors = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
+    ok = proc.returncode == 1 and len(errors) == 1 and "job bad failed" in errors[0] and "injected failure" in errors[0] and "Traceback" not in out and "good" in proc.stdout
+    if not ok:
+        print("job failure not clean:", proc.returncode, errors, out[-800:])
+    return {"faults_injected": 1, "faults_survived": int(ok), "seconds_to_exit_after_job_failure": round(exited - failed_at, 2)}
+
+
+def sigint(work: Path) -> Figures:
+    """Ctrl-C in a terminal: SIGINT to the whole process group of a running `malleable run`."""
+    import signal
+
+    root = work / "sigint"
+    root.mkdir()
+    _jobs_file(root / "jobs.yaml", [{"id": "long", "workload": "mlp_tiny", "samples": 5_000_000, "max_gpus": 2, "max_batch": 128}])
+    proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "run", "jobs.yaml"], cwd=root, env=_run_env(work), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    store = root / ".malleable"
+    deadline = time.monotonic() + TIME_LIMIT_S
+    # Interrupt once training is under way: the job has written its first checkpoint.
+    while time.monotonic() < deadline and not list(store.glob("checkpoints/**/state.pt")):
+        time.sleep(0.2)
+    sent = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        out, err = proc.communicate(timeout=TIME_LIMIT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        return {"faults_injected": 1, "faults_survived": 0, "hangs": 1}
+    took = time.monotonic() - sent
+    lines = [x for x in (out + err).splitlines() if x.strip() and "interrupted" in x]
+    orphans = _orphans(proc.pid)
+    ok = proc.returncode == 130 and len(lines) == 1 and "Traceback" not in out + err and not orphans
+    if not ok:
+        print("sigint not clean:", proc.returncode, (out + err)[-800:], "left running:", orphans)
+    return {"faults_injected": 1, "faults_survived": int(ok), "seconds_to_exit_after_sigint": round(took, 2)}
+
+
+PROBES: list[Callable[[Path], Figures]] = [bad_inputs, damaged_state, unreachable, job_failure, sigint]
 
 
 def merge(into: Figures, new: Figures) -> None:
