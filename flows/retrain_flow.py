@@ -29,6 +29,7 @@ from flows.flow_artifacts import artifact_key
 from flows.plan_flow import plan_jobs
 from flows.profile_flow import profile_flow
 from flows.run_guard import RunGuard
+from flows.service_tasks import live_service
 from flows.settings import Settings, load_settings
 from flows.tracking import MetricPoint, tracker_from_settings
 
@@ -144,6 +145,11 @@ def retrain_flow(
     profile = profile_flow(entrypoint, batch_sizes=profile_batches or [8, 16, 32, 64])
     tracker = tracker_from_settings(settings)
     total = max(1, int(round(epochs * len(recipe.dataset))))  # type: ignore[arg-type]
+    store_url = live_service(settings)
+    if store_url is not None:
+        # A team's scheduler runs: the job shares its cluster instead of taking the workers free now.
+        spec = JobSpec(id=job_id, workload=entrypoint, total_samples=total, min_batch=min_batch, max_batch=max_batch, max_gpus=settings.workers, profile=profile)
+        return _retrain_through_service(store_url, spec, tracker, timeout_s, epochs)
     # The guard ends the run FAILED/KILLED if training raises or is interrupted (never left RUNNING).
     with RunGuard(tracker) as guard, connect(settings.cluster.value, workers=settings.workers, address=settings.scheduler_address, kube=_kube(settings, settings.workers)) as client:
         available = wait_for_workers(client, 1 if settings.cluster.value != "local" else settings.workers)
@@ -185,3 +191,35 @@ def retrain_flow(
     if not result.finished:
         raise RuntimeError(f"job {job_id}: training did not finish")
     return RetrainOutcome(run, share.gpus, share.batch, result.steps, result.samples_seen, result.final_loss, result.eval_accuracy, train_s, model_uri)
+
+
+def _retrain_through_service(store_url: str, spec: JobSpec, tracker, timeout_s: float, epochs: float) -> RetrainOutcome:  # noqa: ANN001
+    """Submit the retraining job to the running service, wait, then log the model from its checkpoint."""
+    from flows.service_tasks import submit_job, wait_for_jobs
+    from service.client import ServiceClient
+
+    t0 = time.monotonic()
+    job = submit_job(store_url, spec, submitter=f"retrain:{spec.workload}")
+    print(f"submitted {spec.id} to the service at {store_url} as job {job}")
+    [row] = wait_for_jobs(store_url, [job], timeout_s)
+    train_s = time.monotonic() - t0
+    shares = [a for a in ServiceClient(store_url).store.allocations(job) if a.gpus > 0]
+    gpus, batch = (shares[-1].gpus, shares[-1].batch) if shares else (0, 0)
+    finished = row.state.value == "finished"
+    with RunGuard(tracker) as guard:
+        run = guard.start_run(
+            f"retrain-{spec.id}",
+            params={"entrypoint": spec.workload, "service_job": job, "epochs": epochs, "total_samples": spec.total_samples, "hardware": spec.profile.hardware},
+            tags={"malleable.mode": "retrain", "malleable.service_job": job},
+        )
+        tracker.log_metrics(run, [MetricPoint("samples_seen", row.samples_done, 0), MetricPoint("train_s", train_s, 0), MetricPoint("gpus", gpus, 0)])
+        model_uri = None
+        if finished and row.checkpoint_dir:
+            with tempfile.TemporaryDirectory() as tmp:
+                tracker.log_artifacts(run, save_model_dir(spec.workload, row.checkpoint_dir, Path(tmp) / "model"), "model")
+            run_id = tracker.run_id(run)
+            model_uri = f"runs:/{run_id}/model" if run_id else None
+        guard.end_run(run, "FINISHED" if finished else "FAILED")
+    if not finished:
+        raise RuntimeError(f"job {spec.id} ({job}) {row.state.value}" + (f": {row.error}" if row.error else ""))
+    return RetrainOutcome(run, gpus, batch, 0, int(row.samples_done), None, None, train_s, model_uri)

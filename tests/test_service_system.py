@@ -186,6 +186,17 @@ def test_jobs_from_independent_submitters_share_the_cluster_shrink_in_place_fail
     tiny = [r for r in store.jobs() if r.name == "tiny"]
     assert [(r.state, r.submitter) for r in tiny] == [(JobState.FINISHED, "cluster-flow:tiny.yaml")]
 
+    # So is `malleable retrain`: its job runs on the service's cluster; the model comes from its checkpoint.
+    retrain = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "retrain", "elastic_tasks.examples:mlp_tiny", "--epochs", "2"],
+        cwd=cwd, env={**env, "MALLEABLE_JOB_STORE": store_url}, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert retrain.returncode == 0, retrain.stdout + retrain.stderr
+    retrained = [r for r in store.jobs() if r.submitter == "retrain:elastic_tasks.examples:mlp_tiny"]
+    assert [r.state for r in retrained] == [JobState.FINISHED]
+    model_runs = [r for r in mlflow.search_runs([mlflow.get_experiment_by_name("malleable").experiment_id]) if r.data.tags.get("malleable.service_job") == retrained[0].id]
+    assert len(model_runs) == 1 and any(a.path == "model" for a in mlflow.list_artifacts(model_runs[0].info.run_id))
+
     assert svc.stop() == 0
     assert "stopped" in svc.lines[-1]
 
