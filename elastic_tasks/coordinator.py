@@ -607,7 +607,10 @@ class JobCoordinator:
                     self._cond.notify_all()
                 self.recoveries.append(RecoveryRecord(failed_version, version, (), lost, -1, last_step, float("nan"), False))
                 return
-            log.warning("job %s: generation %d lost %s; %d survivor(s) continue", self.job_id, failed_version, lost, len(survivors))
+            if new_plan.source == FROM_CHECKPOINT:
+                log.warning("job %s: generation %d lost every rank %s; %d new rank(s) resume from the last checkpoint", self.job_id, failed_version, lost, len(survivors))
+            else:
+                log.warning("job %s: generation %d lost %s; %d survivor(s) continue", self.job_id, failed_version, lost, len(survivors))
             self._publish(new_plan)
             self.members, self.global_batch = new_plan.members, new_plan.global_batch
             record = RecoveryRecord(failed_version, version, survivors, lost, resumed, last_step, float("nan"), new_plan.source == FROM_CHECKPOINT)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
+import traceback
 from typing import NoReturn
 
 import typer
@@ -25,10 +27,22 @@ err_console = Console(stderr=True)
 CHATTY_LOGGERS = ("distributed", "prefect", "mlflow", "alembic", "httpx", "urllib3", "asyncio", "tornado")
 
 
+class _Verbosity:
+    """``-v`` for this process (the CLI's root option sets it once): then an error line is
+    followed by the traceback of the exception behind it, e.g. a user's entry point raising."""
+
+    tracebacks = False
+
+
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
-    """Print one red line (no traceback) and exit with ``code``."""
+    """Print one red line (no traceback unless ``-v``) and exit with ``code``."""
     # Escaped: a message that names ``TrainingRecipe[name].field`` must not read as rich markup.
     err_console.print(f"[bold red]error:[/] {escape(message)}", markup=True, highlight=False, soft_wrap=True)
+    handled = sys.exc_info()[1]
+    if _Verbosity.tracebacks and handled is not None:
+        # The user's own exception (an EntryPointError keeps it as its cause), else the one handled.
+        shown = handled.__cause__ or handled
+        err_console.print("".join(traceback.format_exception(shown)), markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -73,6 +87,7 @@ def quiet_libraries(verbose: bool = False) -> None:
     """
     for name, value in library_environment(verbose).items():
         os.environ.setdefault(name, value)
+    _Verbosity.tracebacks = verbose
     level = logging.INFO if verbose else logging.ERROR
     for name in CHATTY_LOGGERS:
         logging.getLogger(name).setLevel(level)

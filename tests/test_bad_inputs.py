@@ -140,3 +140,18 @@ def test_train_with_a_damaged_checkpoint_names_it(tmp_path):
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code == 2 and len(lines) == 1, result.output
     assert "--checkpoint-dir=" in lines[0] and "cannot be read" in lines[0] and "move it aside" in lines[0]
+
+
+def test_a_user_entry_point_raising_is_one_line_and_v_adds_its_traceback(tmp_path):
+    """The user's own bug: one line by default; with -v, the traceback into their file."""
+    import subprocess
+    import sys
+
+    (tmp_path / "buggy.py").write_text("def recipe():\n    return 1 / 0\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    plain = subprocess.run([sys.executable, "-m", "flows.cli", "train", "buggy:recipe"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    verbose = subprocess.run([sys.executable, "-m", "flows.cli", "-v", "train", "buggy:recipe"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert plain.returncode == verbose.returncode == 2
+    lines = [x for x in plain.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and "ZeroDivisionError" in lines[0] and "Traceback" not in plain.stderr
+    assert "Traceback" in verbose.stderr and f'{tmp_path / "buggy.py"}", line 2' in verbose.stderr
