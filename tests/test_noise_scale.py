@@ -1,6 +1,7 @@
 """Gradient noise scale estimator: synthetic gradients with a known noise scale, and a real model
 whose per-sample gradients the test computes itself (one rank with accumulation; two gloo ranks)."""
 
+import gc
 import math
 import os
 
@@ -109,6 +110,13 @@ def _rank(rank, world, init_file, out_file):
     if rank == 0:
         with open(out_file, "w") as fh:
             fh.write(repr(value))
+    # Both ranks done before either tears gloo down: a rank that closes its pairs while its peer
+    # still finishes the last step makes the peer's gloo abort (SIGABRT, seen in a CI run).
+    dist.barrier()
+    # DDP and its comm hook first, then the group: torn down in the other order, a C++ thread of
+    # the reducer can still be joinable at exit ("terminate called without an active exception").
+    del ddp, probe
+    gc.collect()
     dist.destroy_process_group()
 
 
