@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from distributed import Client
 
-from allocator.loop import JobFailure, share_changes
+from allocator.execution import JobFailure, share_changes
 from allocator.types import Allocation, JobSpec, RescaleEvent, RescaleKind, Share
 from elastic_tasks.cluster import WorkerPool
 from elastic_tasks.coordinator import JobCoordinator, JobResult

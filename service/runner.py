@@ -71,6 +71,7 @@ class Service:
         self.result: LoopResult | None = None
         self.executor: DaskExecutor | None = None
         self.started_ms = 0
+        self.lease_watch: threading.Thread | None = None
         self._taken: Taken | None = None
 
     def acquire(self) -> None:

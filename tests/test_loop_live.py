@@ -3,10 +3,11 @@ changes, a stop. Driven by a fake clock, a scripted feed and an executor that on
 
 from dataclasses import dataclass, field
 
-from allocator.loop import JobFailure, JobPhase, LoopSettings, run_loop
+from allocator.execution import JobFailure, share_changes
+from allocator.loop import JobPhase, LoopSettings, run_loop
 from allocator.policies import make_policy
 from allocator.sources import Arrivals
-from allocator.types import Allocation, RescaleKind, Share
+from allocator.types import Allocation, RescaleEvent, RescaleKind, Share
 from tests.factories import make_job
 from tests.test_loop import FakeClock
 
@@ -40,9 +41,6 @@ class ScriptedExecutor:
     live: set[str] = field(default_factory=set)
 
     def apply(self, now, previous, new, jobs):
-        from allocator.loop import share_changes
-        from allocator.types import RescaleEvent
-
         events = []
         for job_id, before, after in share_changes(previous, new):
             if after is None:

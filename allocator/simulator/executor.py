@@ -11,7 +11,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from allocator.loop import EPS, JobFailure, share_changes
+from allocator.execution import JobFailure, share_changes
+from allocator.loop import EPS
 from allocator.throughput import throughput
 from allocator.types import Allocation, JobSpec, RescaleEvent, RescaleKind, Share
 

@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from allocator.goodput import NoiseTrajectory, base_batch, efficiency, step_time
-from allocator.loop import EPS, LoopResult, LoopSettings, StepReport, run_loop, share_changes
+from allocator.execution import share_changes
+from allocator.loop import EPS, LoopResult, LoopSettings, StepReport, run_loop
 from allocator.policies.base import Policy
 from allocator.simulator.clock import SimClock
 from allocator.simulator.executor import RescaleCost
