@@ -27,7 +27,7 @@ from service.fence import fence
 from service.lease import Lease, Taken
 from service.records import RESUMABLE, JobState
 from service.recorder import StoreRecorder
-from service.store import JobStore
+from service.store import JobStore, redact
 from service.tracking import ServiceTracking
 
 
@@ -72,6 +72,8 @@ class Service:
         self.executor: DaskExecutor | None = None
         self.started_ms = 0
         self.lease_watch: threading.Thread | None = None
+        self.client: Client | None = None
+        self.cluster_owned = False
         self._taken: Taken | None = None
 
     def acquire(self) -> None:
@@ -130,7 +132,7 @@ class Service:
             self.lease_watch = threading.Thread(target=self._watch_lease, daemon=True, name="malleable-lease-watch")
             self.lease_watch.start()
             loop_settings = LoopSettings(interval_s=cfg.interval_s, overflow=cfg.overflow, strict_fifo=cfg.strict_fifo, react_to_events=cfg.react)
-            self.say(f"serving {self.store.url.split('?')[0]!s} with {cfg.policy} on {len(gpu_workers(self.client))} GPU worker(s)")
+            self.say(f"serving {redact(self.store.url)} with {cfg.policy} on {len(gpu_workers(self.client))} GPU worker(s)")
             self.result = run_loop(
                 feed, make_policy(cfg.policy), lambda: len(gpu_workers(self.client)), clock, executor, loop_settings,
                 observer=recorder.observer if observer is None else _both(recorder.observer, observer), on_job=recorder.on_job,
