@@ -34,6 +34,17 @@ class RescaleCost:
                 raise ValueError(f"RescaleCost.{name}={value!r}: must be a finite number >= 0")
 
 
+def classify(before: Share | None, after: Share | None, cost: RescaleCost) -> tuple[RescaleKind, float]:
+    """What a change of share is, and the seconds of progress it costs the job."""
+    if before is None:
+        return RescaleKind.START, cost.start_s
+    if after is None:
+        return RescaleKind.STOP, 0.0
+    if cost.in_place:
+        return RescaleKind.IN_PLACE, cost.in_place_s
+    return RescaleKind.RESTART, cost.restart_s
+
+
 @dataclass(slots=True)
 class _JobState:
     spec: JobSpec
@@ -86,7 +97,7 @@ class SimExecutor:
                 continue
             state.settle(now)
             cost = self._cost(job_id)
-            kind, lost = self._classify(before, after, cost)
+            kind, lost = classify(before, after, cost)
             state.paused_until = now + lost
             state.rate = throughput(state.spec.profile, after.batch, after.gpus, after.accum_steps) if after is not None else 0.0
             state.version += 1
@@ -94,15 +105,6 @@ class SimExecutor:
             events.append(RescaleEvent(now, job_id, before, after, kind, cost_s=lost, measured=False))
         return events
 
-    @staticmethod
-    def _classify(before: Share | None, after: Share | None, cost: RescaleCost) -> tuple[RescaleKind, float]:
-        if before is None:
-            return RescaleKind.START, cost.start_s
-        if after is None:
-            return RescaleKind.STOP, 0.0
-        if cost.in_place:
-            return RescaleKind.IN_PLACE, cost.in_place_s
-        return RescaleKind.RESTART, cost.restart_s
 
     def progress(self, job_id: str, now: float) -> float:
         state = self._jobs.get(job_id)

@@ -20,8 +20,8 @@ from allocator.execution import share_changes
 from allocator.loop import EPS, LoopResult, LoopSettings, StepReport, run_loop
 from allocator.policies.base import Policy
 from allocator.simulator.clock import SimClock
-from allocator.simulator.executor import RescaleCost
-from allocator.types import Allocation, JobSpec, RescaleEvent, RescaleKind, Share
+from allocator.simulator.executor import RescaleCost, classify
+from allocator.types import Allocation, JobSpec, RescaleEvent, Share
 
 
 @dataclass(slots=True)
@@ -109,7 +109,7 @@ class GoodputSimExecutor:
             if state.finished:
                 continue
             state.settle(now)
-            kind, lost = self._classify(before, after)
+            kind, lost = classify(before, after, self._cost)
             state.paused_until = now + lost
             state.rates = self.rates(state.spec, after) if after is not None else []
             state.version += 1
@@ -119,15 +119,6 @@ class GoodputSimExecutor:
                 heapq.heappush(self._heap, (t, 0, self._sequence, job_id, state.version))
             events.append(RescaleEvent(now, job_id, before, after, kind, cost_s=lost, measured=False))
         return events
-
-    def _classify(self, before: Share | None, after: Share | None) -> tuple[RescaleKind, float]:
-        if before is None:
-            return RescaleKind.START, self._cost.start_s
-        if after is None:
-            return RescaleKind.STOP, 0.0
-        if self._cost.in_place:
-            return RescaleKind.IN_PLACE, self._cost.in_place_s
-        return RescaleKind.RESTART, self._cost.restart_s
 
     def progress(self, job_id: str, now: float) -> float:
         state = self._jobs.get(job_id)
