@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
-from allocator.types import Allocation, JobSpec, RescaleEvent, Share
+from allocator.types import Allocation, JobSpec, RescaleEvent, Share, ThroughputProfile
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,12 +25,15 @@ class Clock(Protocol):
 
 
 class Executor(Protocol):
+    """Runs the loop's allocations (simulated or real); it may also be a ``NoiseReporter`` and a
+    ``ProfileReporter``."""
+
     def apply(self, now: float, previous: Allocation, new: Allocation, jobs: Mapping[str, JobSpec]) -> list[RescaleEvent]:
         """Make the cluster run ``new``: start, grow, shrink or stop jobs; one event per changed job."""
         ...
 
     def progress(self, job_id: str, now: float) -> float:
-        """Samples the job has processed by ``now``."""
+        """Samples the job has processed by ``now`` (in the unit its ``total_samples`` counts)."""
         ...
 
     def completed(self, now: float) -> list[str]:
@@ -48,6 +51,37 @@ class Executor(Protocol):
     def in_effect(self, allocation: Allocation) -> Allocation:
         """``allocation`` as the cluster really runs it: a job that lost a worker runs on fewer GPUs."""
         ...
+
+
+@runtime_checkable
+class NoiseReporter(Protocol):
+    """What an executor may add to ``Executor``: each running job's gradient noise scale as measured
+    by the job itself. The loop copies it into ``RunningJob.noise_scale``, which a goodput policy
+    prefers to its own model; an executor without the method reports nothing."""
+
+    def noise_scale(self, job_id: str, now: float) -> float | None:
+        """The job's latest measured B_noise (None: none yet; the policy keeps its model)."""
+        ...
+
+
+def reported_noise_scale(executor: Executor, job_id: str, now: float) -> float | None:
+    return executor.noise_scale(job_id, now) if isinstance(executor, NoiseReporter) else None
+
+
+@runtime_checkable
+class ProfileReporter(Protocol):
+    """What an executor may add to ``Executor``: each running job's throughput model refitted from
+    the steps it has run (``allocator.refit``). The loop puts it into that job's spec in the
+    snapshot, so every policy decides on what the job measured; an executor without the method
+    (the simulators: their jobs run at their model by construction) reports nothing."""
+
+    def profile(self, job_id: str, now: float) -> ThroughputProfile | None:
+        """The job's refitted profile (None: nothing measured yet; the policy keeps the spec's)."""
+        ...
+
+
+def reported_profile(executor: Executor, job_id: str, now: float) -> ThroughputProfile | None:
+    return executor.profile(job_id, now) if isinstance(executor, ProfileReporter) else None
 
 
 def share_changes(previous: Allocation, new: Allocation) -> list[tuple[str, Share | None, Share | None]]:

@@ -25,6 +25,7 @@ import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -171,3 +172,55 @@ def goodput_table(
             allowed[spec.requested_gpus] = True
         out[~allowed] = -np.inf
     return GoodputTable(batches, accum, out)
+
+
+@runtime_checkable
+class NoiseModel(Protocol):
+    """Whatever decides which B_noise a job has (a goodput policy): its measured value if any, else a model."""
+
+    def noise_scale(self, job: JobSpec, samples_done: float, reported: float | None = None) -> float: ...
+
+
+def raw_sample_budget(spec: JobSpec) -> int:
+    """The most samples a job whose ``total_samples`` are base-batch-equivalent can need.
+
+    E(B) = (B_noise + B0) / (B_noise + B) >= B0 / B for every B_noise > 0, so at batches up to
+    B_max the job is done by total x B_max / B0 samples, whatever its noise scale does.
+    """
+    top = max(spec.max_batch, spec.batch_when_fixed)
+    return -(-spec.total_samples * top // base_batch(spec))
+
+
+@dataclass(slots=True)
+class WorkMeter:
+    """A real job's progress in base-batch-equivalent samples, from the reports of a running trainer.
+
+    Each ``observe`` gives the trainer's counters (steps, samples), the global batch it runs now
+    and the B_noise to value them at; the samples since the last report count E(B) each. A
+    report that follows a rescale has steps at two batches: with the steps and samples both
+    known, the split between the old and the new batch is exact (one rescale between two
+    reports). The noise scale is the one at report time (it moves slowly; its smoothed
+    estimate is what the trainer has). Counters that go back (a job resumed from an older
+    checkpoint) take back the lost samples at today's value.
+    """
+
+    spec: JobSpec
+    step: int = 0
+    samples: int = 0
+    batch: int | None = None
+    done: float = 0.0
+
+    def observe(self, step: int, samples: int, batch: int, noise_scale: float) -> float:
+        b0 = base_batch(self.spec)
+        worth_now = float(efficiency(noise_scale, b0, batch))
+        d_steps, d_samples = step - self.step, samples - self.samples
+        if d_samples < 0 or d_steps < 0:
+            self.done = max(0.0, self.done + d_samples * worth_now)
+        elif d_samples > 0:
+            old = self.batch if self.batch is not None else batch
+            # n_old steps at the old batch, the rest at the new: n_old old + (d_steps - n_old) new = d_samples.
+            n_old = d_steps if old == batch else min(max((d_samples - d_steps * batch) / (old - batch), 0.0), d_steps)
+            at_old = min(n_old * old, d_samples)
+            self.done += at_old * float(efficiency(noise_scale, b0, old)) + (d_samples - at_old) * worth_now
+        self.step, self.samples, self.batch = step, samples, batch
+        return self.done

@@ -9,12 +9,13 @@ Dask executor in ``elastic_tasks``).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
 from allocator.admission import OverflowMode, admit, reallocate
-from allocator.execution import Clock, Executor
+from allocator.execution import Clock, Executor, reported_noise_scale, reported_profile
 from allocator.policies.base import Policy
 from allocator.sources import EPS, JobSource, StaticJobs
 from allocator.types import Allocation, ClusterSnapshot, InfeasibleError, JobSpec, RescaleEvent, RunningJob
@@ -44,12 +45,14 @@ class LoopSettings:
 
 @dataclass(frozen=True, slots=True)
 class ScheduleRow:
-    """From ``time`` on, ``job_id`` runs on ``gpus`` GPUs with global ``batch`` (0/0: not running)."""
+    """From ``time`` on, ``job_id`` runs on ``gpus`` GPUs with global ``batch`` in ``accum_steps``
+    micro-steps per optimizer step (0/0: not running; accumulation then reads 1)."""
 
     time: float
     job_id: str
     gpus: int
     batch: int
+    accum_steps: int = 1
 
 
 class JobPhase(str, Enum):
@@ -142,7 +145,7 @@ def _fits_alone(job: JobSpec, capacity: int, policy: Policy, time: float) -> boo
 def _record_changes(track: _Tracking, now: float, previous: Allocation, new: Allocation) -> None:
     for job_id, share in new.shares:
         if previous.get(job_id) != share:
-            track.schedule.append(ScheduleRow(now, job_id, share.gpus, share.batch))
+            track.schedule.append(ScheduleRow(now, job_id, share.gpus, share.batch, share.accum_steps))
     for job_id, _ in previous.shares:
         if job_id not in new:
             track.schedule.append(ScheduleRow(now, job_id, 0, 0))
@@ -154,6 +157,12 @@ def _record_usage(track: _Tracking, now: float, gpus: int) -> None:
         track.usage[-1] = (now, gpus)  # several changes at one instant: keep the last
     elif not track.usage or track.usage[-1][1] != gpus:
         track.usage.append((now, gpus))
+
+
+def _as_measured(spec: JobSpec, executor: Executor, now: float) -> JobSpec:
+    """The running job's spec with the profile the executor refitted from its steps, if any."""
+    profile = reported_profile(executor, spec.id, now)
+    return spec if profile is None else dataclasses.replace(spec, profile=profile)
 
 
 def _remove(allocation: Allocation, job_id: str) -> Allocation:
@@ -261,7 +270,12 @@ def run_loop(
             snapshot = ClusterSnapshot(
                 time=now,
                 capacity=cap,
-                running=tuple(RunningJob(spec, allocation.get(jid), executor.progress(jid, now)) for jid, spec in running.items()),
+                running=tuple(
+                    RunningJob(
+                        _as_measured(spec, executor, now), allocation.get(jid), executor.progress(jid, now), reported_noise_scale(executor, jid, now)
+                    )
+                    for jid, spec in running.items()
+                ),
                 queued=tuple(waiting),
             )
             try:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from allocator.loop import LoopResult
+from allocator.loop import LoopResult, ScheduleRow
 from allocator.throughput import baseline_rate
 from allocator.types import JobSpec, RescaleKind
 
@@ -91,13 +91,37 @@ def summarise(result: LoopResult, specs: Mapping[str, JobSpec]) -> RunMetrics:
         avg_queue_delay_s=float(delays.mean()) if delays.size else None,
         gpu_utilisation=utilisation(result),
         rescales=len(resizes),
-        rescale_cost_s=float(sum(e.cost_s for e in resizes)),
+        rescale_cost_s=float(sum(e.cost_s for e in resizes if e.cost_s is not None)),
         makespan_s=result.end_time,
     )
 
 
+SCHEDULE_COLUMNS = ("time_s", "job", "gpus", "batch", "accum_steps")
+
+
 def schedule_csv(result: LoopResult) -> str:
-    """The per-job schedule as CSV text: time_s, job, gpus, batch. Byte-stable for a given run."""
-    lines = ["time_s,job,gpus,batch"]
-    lines += [f"{row.time:.6f},{row.job_id},{row.gpus},{row.batch}" for row in result.schedule]
+    """The per-job schedule as CSV text: time_s, job, gpus, batch, accum_steps. Byte-stable for a given run."""
+    lines = [",".join(SCHEDULE_COLUMNS)]
+    lines += [f"{row.time:.6f},{row.job_id},{row.gpus},{row.batch},{row.accum_steps}" for row in result.schedule]
     return "\n".join(lines) + "\n"
+
+
+def read_schedule_csv(text: str) -> tuple[ScheduleRow, ...]:
+    """Rows of a ``schedule_csv`` file; one written before ``accum_steps`` existed reads as 1 step."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise ValueError("schedule CSV: empty (expected a header line)")
+    header = tuple(lines[0].split(","))
+    if header not in (SCHEDULE_COLUMNS, SCHEDULE_COLUMNS[:4]):
+        raise ValueError(f"schedule CSV header={lines[0]!r}: expected {','.join(SCHEDULE_COLUMNS)} (accum_steps optional)")
+    rows = []
+    for number, line in enumerate(lines[1:], start=1):
+        fields = line.split(",")
+        if len(fields) != len(header):
+            raise ValueError(f"schedule CSV row {number}={line!r}: expected {len(header)} fields")
+        try:
+            accum = int(fields[4]) if len(fields) == 5 else 1
+            rows.append(ScheduleRow(float(fields[0]), fields[1], int(fields[2]), int(fields[3]), accum))
+        except ValueError:
+            raise ValueError(f"schedule CSV row {number}={line!r}: time must be a number, gpus/batch/accum_steps integers") from None
+    return tuple(rows)

@@ -14,6 +14,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
+from allocator.strict import check_fields, mapping
 from allocator.types import AllreduceModel, ThroughputProfile
 
 _REQUIRED = ("workload", "num_params", "batch_sizes", "iter_times_s", "max_batch_per_gpu")
@@ -46,14 +47,8 @@ def monotone_envelope(times: tuple[float, ...]) -> tuple[float, ...]:
 def profile_from_dict(data: object, where: str = "profile", envelope: bool = False) -> ThroughputProfile:
     """Build a profile from parsed JSON/YAML; errors say ``where`` and which field is wrong.
     ``envelope``: replace non-monotone iteration times by their ``monotone_envelope``."""
-    if not isinstance(data, Mapping):
-        raise ValueError(f"{where}: expected a mapping, got {type(data).__name__}")
-    missing = [k for k in _REQUIRED if k not in data]
-    if missing:
-        raise ValueError(f"{where}.{missing[0]}: missing required field")
-    unknown = sorted(set(data) - _KNOWN)
-    if unknown:
-        raise ValueError(f"{where}.{unknown[0]}: unknown field (known: {', '.join(sorted(_KNOWN))})")
+    data = mapping(data, where)
+    check_fields(data, _KNOWN, where, _REQUIRED)
     for key in ("batch_sizes", "iter_times_s"):
         if not isinstance(data[key], (list, tuple)):
             raise ValueError(f"{where}.{key}={data[key]!r}: must be a list")

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from allocator.throughput import t_comm
 from allocator.types import AllreduceModel, ThroughputProfile
 
 
@@ -108,8 +109,22 @@ def _row(obs: StepObservation, num_params: int) -> list[float]:
 
 
 def prior_observations(profile: ThroughputProfile) -> list[StepObservation]:
-    """A profile's one-GPU points as observations: the prior an online fit starts from."""
-    return [StepObservation(1, b, 1, 1, t) for b, t in zip(profile.batch_sizes, profile.iter_times_s)]
+    """A profile's points as observations: the prior an online fit starts from.
+
+    Its one-GPU points, and where it has an allreduce fit the steps it models on 2 and 4 GPUs of
+    one host (and of two hosts, with an inter-host fit). Without them a job seen at a single GPU
+    count k > 1 leaves the allreduce terms free: the fit would put all of a drift from the
+    prior on the allreduce (and a policy would see scaling out as that much dearer); with them
+    the drift is shared between compute and allreduce as the prior's points best allow.
+    """
+    out = [StepObservation(1, b, 1, 1, t) for b, t in zip(profile.batch_sizes, profile.iter_times_s)]
+    for model, hosts in ((profile.allreduce, 1), (profile.inter_host, 2)):
+        if model is None or (model.latency_s == 0 and model.seconds_per_param == 0):
+            continue
+        for k in (2, 4):
+            comm = float(t_comm(model, profile.num_params, k))
+            out += [StepObservation(k, b, 1, hosts, t + comm) for b, t in zip(profile.batch_sizes, profile.iter_times_s)]
+    return out
 
 
 def fit_step_times(observations: Sequence[StepObservation], num_params: int, weights: Sequence[float] | None = None) -> FittedModel:
@@ -138,9 +153,20 @@ def fit_step_times(observations: Sequence[StepObservation], num_params: int, wei
 class OnlineThroughputFit:
     """Accumulates a job's reported steps and refits on demand.
 
-    The prior's points weigh ``prior_weight / (1 + steps reported)`` each: alone they are the
+    The prior's points weigh ``prior_weight / (1 + steps reported)`` per measured batch size
+    (its modelled multi-GPU points share that weight with its one-GPU points): alone they are the
     model; once the job reports steps its own measurements decide (a profile drifts, measured
     +-25 % between runs here, so an offline prior must not outvote the running job).
+
+    The drift is taken as multiplicative (the machine or its load is uniformly slower or faster):
+    the prior's points are scaled by the job's measured drift (the recency-weighted ratio of total
+    measured to total prior-modelled step time, over the steps the prior models) before they enter
+    the fit. Steps seen at one micro-batch identify one number, the line's height there; the
+    prior must then supply the line's shape (per-step overhead vs per-sample cost). Unscaled, its
+    absolute times pull the small-batch end toward the old speed and flatten the line: measured
+    on a real run, a job 1.5x slower than its profile was refitted with no per-step overhead, and
+    the policy, seeing throughput that no longer grew with the batch, ran it at batch 33
+    instead of 128 (sim_vs_real_bench --refit, docs/benchmarks.md).
     """
 
     def __init__(
@@ -150,7 +176,13 @@ class OnlineThroughputFit:
             raise ValueError(f"half_life={half_life!r}: must be > 0 steps, or None (never forget)")
         self.num_params = num_params
         self._prior = prior_observations(prior) if prior is not None else []
-        self._prior_weight = prior_weight
+        self._prior_model = fit_step_times(self._prior, num_params) if self._prior else None
+        # The configurations the prior models: one GPU, and more where it has the allreduce fit.
+        self._prior_hosts = {1} if prior is not None and any(o.gpus > 1 and o.hosts == 1 for o in self._prior) else set()
+        if any(o.hosts > 1 for o in self._prior):
+            self._prior_hosts.add(2)
+        # The multi-GPU points added to a prior share its weight: it weighs what it did without them.
+        self._prior_weight = prior_weight * len(prior.batch_sizes) / len(self._prior) if prior is not None else prior_weight
         self._half_life = half_life
         self._obs: list[StepObservation] = []
 
@@ -165,5 +197,38 @@ class OnlineThroughputFit:
             recency = [1.0] * n
         else:
             recency = list(np.exp2(-(n - 1 - np.arange(n)) / self._half_life))
-        w = [self._prior_weight / (1 + n)] * len(self._prior) + recency
-        return fit_step_times(self._prior + self._obs, self.num_params, w)
+        drift = self.drift(recency)
+        prior = [StepObservation(o.gpus, o.micro_batch, o.accum_steps, o.hosts, o.seconds * drift) for o in self._prior]
+        seen, weights = _mean_per_configuration(self._obs, recency)
+        return fit_step_times(prior + seen, self.num_params, [self._prior_weight / (1 + n)] * len(prior) + weights)
+
+    def drift(self, recency: Sequence[float] | None = None) -> float:
+        """Measured over prior-modelled step time (1.0 without a prior or a step it models)."""
+        if self._prior_model is None:
+            return 1.0
+        weights = recency if recency is not None else [1.0] * len(self._obs)
+        measured = modelled = 0.0
+        for o, w in zip(self._obs, weights):
+            if o.gpus == 1 or min(o.hosts, 2) in self._prior_hosts:
+                measured += w * o.seconds
+                modelled += w * self._prior_model.predict(o, self.num_params)
+        return measured / modelled if modelled > 0 else 1.0
+
+
+def _mean_per_configuration(observations: Sequence[StepObservation], weights: Sequence[float]) -> tuple[list[StepObservation], list[float]]:
+    """One equation per configuration: its weighted mean step time, weighing the weights' sum.
+
+    A job's time to finish is its steps' *mean* time. Fitted one step per equation, each divided
+    by its own time, the fit lands below the mean wherever step times have a long tail (a rank
+    sharing its core: measured, simulated JCTs 25 % short) — relative error favours the fast
+    steps. Averaging per configuration first keeps the relative weighting across configurations
+    (short and long steps weigh alike) without that bias, and keeps the fit's size bounded by
+    the configurations a job has run in, not its steps.
+    """
+    sums: dict[tuple[int, int, int, int], list[float]] = {}
+    for o, w in zip(observations, weights):
+        acc = sums.setdefault((o.gpus, o.micro_batch, o.accum_steps, o.hosts), [0.0, 0.0])
+        acc[0] += w * o.seconds
+        acc[1] += w
+    rows = [(StepObservation(*key, total / weight), weight) for key, (total, weight) in sums.items() if weight > 0]
+    return [r for r, _ in rows], [w for _, w in rows]

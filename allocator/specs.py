@@ -9,7 +9,7 @@ A job entry::
     max_batch: 256
     max_gpus: 8
     # optional: workload, min_gpus, gpus (requested, for non-elastic/fixed), elastic,
-    #           arrival_s, fixed_batch, priority, deadline_s
+    #           arrival_s, fixed_batch, priority, deadline_s, seed
 
 File reading and path resolution live in ``flows.jobfile``; this module only validates.
 """
@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from allocator.profile_io import profile_from_dict
+from allocator.strict import check_fields
 from allocator.types import JobSpec, ThroughputProfile
 
 _JOB_FIELDS = frozenset(
@@ -40,6 +41,7 @@ _JOB_FIELDS = frozenset(
         "fixed_batch",
         "priority",
         "deadline_s",
+        "seed",
     }
 )
 _REQUIRED = ("id", "profile", "min_batch", "max_batch", "max_gpus")
@@ -74,12 +76,7 @@ def job_from_dict(entry: object, index: int, profiles: Mapping[str, ThroughputPr
     if not isinstance(entry, Mapping):
         raise ValueError(f"jobs[{index}]: expected a mapping, got {type(entry).__name__}")
     label = _label(entry, index)
-    unknown = sorted(set(entry) - _JOB_FIELDS)
-    if unknown:
-        raise ValueError(f"{label}.{unknown[0]}: unknown field")
-    for key in _REQUIRED:
-        if key not in entry:
-            raise ValueError(f"{label}.{key}: missing required field")
+    check_fields(entry, _JOB_FIELDS, label, _REQUIRED)
     ref = entry["profile"]
     if isinstance(ref, str):
         if ref not in profiles:
@@ -105,6 +102,7 @@ def job_from_dict(entry: object, index: int, profiles: Mapping[str, ThroughputPr
             fixed_batch=entry.get("fixed_batch"),
             priority=entry.get("priority", 0),
             deadline=entry.get("deadline_s"),
+            seed=entry.get("seed"),
         )
     except ValueError as exc:
         # JobSpec names the job and field already; add the position in the file.
@@ -117,9 +115,7 @@ def jobs_file_from_dict(data: object, profiles: Mapping[str, ThroughputProfile])
     """Validate a whole parsed jobs file. ``profiles`` are the named profiles already loaded."""
     if not isinstance(data, Mapping):
         raise ValueError(f"jobs file: expected a mapping with a 'jobs' list, got {type(data).__name__}")
-    unknown = sorted(set(data) - {"jobs", "gpus", "policy", "profiles"})
-    if unknown:
-        raise ValueError(f"jobs file.{unknown[0]}: unknown top-level field (known: gpus, jobs, policy, profiles)")
+    check_fields(data, ("jobs", "gpus", "policy", "profiles"), "jobs file", kind="top-level field")
     entries = data.get("jobs")
     if not isinstance(entries, Sequence) or isinstance(entries, (str, bytes)) or not entries:
         raise ValueError(f"jobs file.jobs={entries!r}: must be a non-empty list of jobs")

@@ -31,6 +31,7 @@ from allocator.hpo.spec import (
     successive_halving,
 )
 from allocator.profile_io import profile_from_dict
+from allocator.strict import check_fields, mapping
 from allocator.types import AllreduceModel, ThroughputProfile
 
 _TOP = frozenset({"name", "deadline_s", "sha", "stages", "trial", "cloud", "search_space", "entrypoint", "seed"})
@@ -42,21 +43,6 @@ _CLOUD = frozenset(
 _INSTANCE = frozenset({"name", "gpus", "hourly_price", "inter_node_allreduce"})
 
 
-def _mapping(value: object, where: str) -> Mapping[str, object]:
-    if not isinstance(value, Mapping):
-        raise ValueError(f"{where}: expected a mapping, got {type(value).__name__}")
-    return value
-
-
-def _known(data: Mapping[str, object], known: frozenset[str], where: str, required: tuple[str, ...] = ()) -> None:
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ValueError(f"{where}.{unknown[0]}: unknown field (known: {', '.join(sorted(known))})")
-    for key in required:
-        if key not in data:
-            raise ValueError(f"{where}.{key}: missing required field")
-
-
 def _wrap(where: str, build):  # noqa: ANN001, ANN202 - a local helper for one pattern
     try:
         return build()
@@ -66,7 +52,7 @@ def _wrap(where: str, build):  # noqa: ANN001, ANN202 - a local helper for one p
 
 def latency_from(value: object, where: str) -> Latency:
     if isinstance(value, Mapping):
-        _known(value, frozenset({"mean_s", "cv"}), where, ("mean_s",))
+        check_fields(value, frozenset({"mean_s", "cv"}), where, ("mean_s",))
         return _wrap(where, lambda: Latency(value["mean_s"], value.get("cv", 0.0)))
     return _wrap(where, lambda: Latency(value))
 
@@ -75,23 +61,23 @@ def stages_from(data: Mapping[str, object]) -> tuple[Stage, ...]:
     if ("sha" in data) == ("stages" in data):
         raise ValueError("hpo file.sha: give exactly one of 'sha' (successive halving) or 'stages' (explicit)")
     if "sha" in data:
-        sha = _mapping(data["sha"], "sha")
-        _known(sha, _SHA, "sha", tuple(sorted(_SHA)))
+        sha = mapping(data["sha"], "sha")
+        check_fields(sha, _SHA, "sha", tuple(sorted(_SHA)))
         return _wrap("sha", lambda: successive_halving(sha["trials"], sha["eta"], sha["min_iters"], sha["max_iters"]))
     raw = data["stages"]
     if not isinstance(raw, list) or not raw:
         raise ValueError(f"stages={raw!r}: must be a non-empty list of {{trials, iters}}")
     out = []
     for i, entry in enumerate(raw):
-        entry = _mapping(entry, f"stages[{i}]")
-        _known(entry, frozenset({"trials", "iters"}), f"stages[{i}]", ("trials", "iters"))
+        entry = mapping(entry, f"stages[{i}]")
+        check_fields(entry, frozenset({"trials", "iters"}), f"stages[{i}]", ("trials", "iters"))
         out.append(_wrap(f"stages[{i}]", lambda e=entry: Stage(e["trials"], e["iters"])))
     return tuple(out)
 
 
 def trial_from(value: object, profiles: Mapping[str, ThroughputProfile]) -> TrialModel:
-    data = _mapping(value, "trial")
-    _known(data, _TRIAL, "trial", ("profile", "batch"))
+    data = mapping(value, "trial")
+    check_fields(data, _TRIAL, "trial", ("profile", "batch"))
     ref = data["profile"]
     if isinstance(ref, str):
         if ref not in profiles:
@@ -113,16 +99,16 @@ def trial_from(value: object, profiles: Mapping[str, ThroughputProfile]) -> Tria
 
 
 def _allreduce(value: object, where: str) -> AllreduceModel:
-    data = _mapping(value, where)
-    _known(data, frozenset({"latency_s", "seconds_per_param"}), where)
+    data = mapping(value, where)
+    check_fields(data, frozenset({"latency_s", "seconds_per_param"}), where)
     return _wrap(where, lambda: AllreduceModel(data.get("latency_s", 0.0), data.get("seconds_per_param", 0.0)))
 
 
 def cloud_from(value: object) -> CloudModel:
-    data = _mapping(value, "cloud")
-    _known(data, _CLOUD, "cloud", ("instance",))
-    inst = _mapping(data["instance"], "cloud.instance")
-    _known(inst, _INSTANCE, "cloud.instance", ("name", "gpus", "hourly_price"))
+    data = mapping(value, "cloud")
+    check_fields(data, _CLOUD, "cloud", ("instance",))
+    inst = mapping(data["instance"], "cloud.instance")
+    check_fields(inst, _INSTANCE, "cloud.instance", ("name", "gpus", "hourly_price"))
     inter = inst.get("inter_node_allreduce")
     instance = _wrap(
         "cloud.instance",
@@ -148,7 +134,7 @@ def cloud_from(value: object) -> CloudModel:
 
 def param_from(name: object, value: object) -> SearchParam:
     where = f"search_space.{name}"
-    data = _mapping(value, where)
+    data = mapping(value, where)
     if len(data) != 1:
         raise ValueError(f"{where}={dict(data)!r}: give exactly one of {', '.join(k.value for k in ParamKind)}")
     (kind, arg), = data.items()
@@ -165,13 +151,13 @@ def param_from(name: object, value: object) -> SearchParam:
 
 def hpo_spec_from_dict(data: object, profiles: Mapping[str, ThroughputProfile] | None = None) -> HpoSpec:
     """Validate a parsed HPO file. ``profiles``: profiles already loaded, by the name the file uses."""
-    data = _mapping(data, "hpo file")
-    _known(data, _TOP, "hpo file", ("name", "deadline_s", "trial", "cloud"))
+    data = mapping(data, "hpo file")
+    check_fields(data, _TOP, "hpo file", ("name", "deadline_s", "trial", "cloud"))
     stages = stages_from(data)
     trial = trial_from(data["trial"], profiles or {})
     cloud = cloud_from(data["cloud"])
     space_raw = data.get("search_space", {}) or {}
-    space = tuple(param_from(k, v) for k, v in _mapping(space_raw, "search_space").items())
+    space = tuple(param_from(k, v) for k, v in mapping(space_raw, "search_space").items())
     entrypoint = data.get("entrypoint")
     if entrypoint is not None and (not isinstance(entrypoint, str) or ":" not in entrypoint):
         raise ValueError(f"hpo file.entrypoint={entrypoint!r}: expected 'package.module:function'")

@@ -112,6 +112,10 @@ class SimExecutor:
             return 0.0
         return state.done if state.finished else state.progress_at(now)
 
+    def noise_scale(self, job_id: str, now: float) -> float | None:
+        """Throughput physics has no gradient noise: nothing to report (``NoiseReporter``)."""
+        return None
+
     def _pop_stale(self) -> None:
         while self._heap:
             _, _, _, job_id, version = self._heap[0]

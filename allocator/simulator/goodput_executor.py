@@ -71,7 +71,13 @@ class _Job:
 
 
 class GoodputSimExecutor:
-    """Same protocol as ``SimExecutor``; progress is in base-batch-equivalent samples."""
+    """Same protocol as ``SimExecutor``; progress is in base-batch-equivalent samples.
+
+    With ``report_noise`` every job reports its trajectory's B_noise at its current progress as
+    if it had measured it exactly (``NoiseReporter``), as the real trainer reports its estimate;
+    then a goodput policy sees the true physics whatever its own model. Off by default: the
+    policy decides on its own trajectories, as the simulations so far did.
+    """
 
     def __init__(
         self,
@@ -79,8 +85,10 @@ class GoodputSimExecutor:
         default_cost: RescaleCost = RescaleCost(),
         gpus_per_host: int | None = None,
         default_noise_scale: float = math.inf,
+        report_noise: bool = False,
     ) -> None:
         self._noise = dict(noise)
+        self._report_noise = report_noise
         self._default_noise = NoiseTrajectory.constant(default_noise_scale)
         self._cost = default_cost
         self._per_host = gpus_per_host
@@ -126,6 +134,13 @@ class GoodputSimExecutor:
             return 0.0
         return state.done if state.finished else state.progress_at(now)
 
+    def noise_scale(self, job_id: str, now: float) -> float | None:
+        """The job's modelled B_noise at its progress by ``now`` (only with ``report_noise``)."""
+        state = self._jobs.get(job_id)
+        if not self._report_noise or state is None:
+            return None
+        return state.trajectory.at(self.progress(job_id, now) / state.spec.total_samples)
+
     def _pop_stale(self) -> None:
         while self._heap:
             state = self._jobs[self._heap[0][3]]
@@ -167,7 +182,11 @@ def simulate_goodput(
     cost: RescaleCost = RescaleCost(),
     gpus_per_host: int | None = None,
     observer: Callable[[StepReport], None] | None = None,
+    report_noise: bool = False,
 ) -> LoopResult:
-    """The shared loop on goodput physics; ``noise`` is keyed by job id or workload name."""
-    executor = GoodputSimExecutor(noise, cost, gpus_per_host)
+    """The shared loop on goodput physics; ``noise`` is keyed by job id or workload name.
+
+    ``report_noise``: jobs report their true B_noise to the policy, as real jobs report their
+    estimate (``GoodputSimExecutor``)."""
+    executor = GoodputSimExecutor(noise, cost, gpus_per_host, report_noise=report_noise)
     return run_loop(jobs, policy, capacity, SimClock(), executor, settings, observer)
