@@ -4,6 +4,29 @@ Every job of the loop becomes a ``JobCoordinator``; ``apply`` turns the allocati
 into starts, in-place rescales and stops, shrinking and stopping first so the workers they
 free are there for the jobs that grow. Events carry the pause the ranks measured.
 Times are seconds since the executor's clock started (the loop's times).
+
+Each running job's gradient noise scale (the trainer's smoothed estimate, from its latest
+status) goes to the loop as a ``NoiseReporter``, so a goodput policy decides on what the job
+measured.
+
+Each running job's throughput model is refitted from the steps it runs (``refit_watch``: its
+status reports, its offline profile the prior) and goes to the loop as a ``ProfileReporter``,
+so every policy decides on the job's measured step times; ``refit=None`` turns that off.
+
+Units of work. Without a ``noise_model`` a job's ``total_samples`` are raw samples: the
+trainer stops after that many, and progress is its ``samples_seen``. With one (the goodput
+policy the loop runs, e.g. ``goodput_dp``) they are base-batch-equivalent samples, as in the
+goodput simulator (``allocator.simulator.goodput_executor``) and as the policy assumes: a
+sample at global batch B is worth E(B) = (B_noise + B0) / (B_noise + B). Then
+* progress is a ``WorkMeter`` fed with the trainer's counters, batch and the B_noise the
+  policy itself would use (``noise_model.noise_scale``: the measured value, else its model);
+* the trainer is given ``raw_sample_budget`` raw samples, the most the work can take at any
+  batch in the job's range, and the executor stops the job itself once the meter reaches
+  ``total_samples`` (so a job overruns by at most what trains between two polls, ``poll_s``,
+  plus the stop; a job that reaches the raw budget first has done its work too).
+The value of a sample is a model: at a fixed noise scale it is McCandlish et al.'s, and the
+estimate it uses is the trainer's own. A resumed job (service restart) counts the samples of
+its checkpoint at the value of its first report.
 """
 
 from __future__ import annotations
@@ -15,10 +38,14 @@ from dataclasses import dataclass
 from distributed import Client
 
 from allocator.execution import JobFailure, share_changes
-from allocator.types import Allocation, JobSpec, RescaleEvent, RescaleKind, Share
+from allocator.goodput import NoiseModel, WorkMeter, raw_sample_budget
+from allocator.types import Allocation, JobSpec, RescaleEvent, RescaleKind, Share, ThroughputProfile
 from elastic_tasks.cluster import WorkerPool
-from elastic_tasks.coordinator import JobCoordinator, JobResult
+from elastic_tasks.coordinator import JobCoordinator
+from elastic_tasks.outcomes import JobResult
+from elastic_tasks.packing import host_of
 from elastic_tasks.protocol import TrainConfig
+from elastic_tasks.refit_watch import JobRefit, RefitSettings
 
 
 class WallClock:
@@ -60,6 +87,8 @@ class DaskExecutor:
         settings: JobSettings = JobSettings(),
         *,
         clock: WallClock | None = None,
+        noise_model: NoiseModel | None = None,
+        refit: RefitSettings | None = RefitSettings(),
     ) -> None:
         self.client = client
         self.pool = WorkerPool(client)
@@ -70,6 +99,10 @@ class DaskExecutor:
         self.results: dict[str, JobResult] = {}
         self._failures: dict[str, str] = {}
         self._reported: set[str] = set()
+        self.noise_model = noise_model
+        self._meters: dict[str, WorkMeter] = {}
+        self.refit = refit
+        self._refits: dict[str, JobRefit] = {}
 
     def entrypoint(self, spec: JobSpec) -> str:
         if callable(self._entry):
@@ -83,8 +116,8 @@ class DaskExecutor:
         s = self.settings
         return TrainConfig(
             global_batch=share.batch,
-            total_samples=spec.total_samples,
-            seed=s.seed,
+            total_samples=spec.total_samples if self.noise_model is None else raw_sample_budget(spec),
+            seed=s.seed if spec.seed is None else spec.seed,
             max_batch_per_gpu=spec.profile.max_batch_per_gpu,
             lr_ramp_steps=s.lr_ramp_steps,
             checkpoint_dir=None if s.checkpoint_root is None else f"{s.checkpoint_root}/{spec.id}",
@@ -121,6 +154,11 @@ class DaskExecutor:
             return RescaleEvent(now, job_id, before, None, RescaleKind.STOP, 0.0, measured=True)
         if job is None or before is None:
             spec = jobs[job_id]
+            if self.noise_model is not None:
+                self._meters[job_id] = WorkMeter(spec)
+            if self.refit is not None:
+                # A restarted job keeps what it measured before; its new coordinator counts versions from 0.
+                self._refits.setdefault(job_id, JobRefit(spec.profile, self.refit)).watch.restart()
             job = self.jobs[job_id] = JobCoordinator(self.client, self.pool, job_id, self.entrypoint(spec), self._config(spec, after))
             outcome = job.start(after.gpus, after.batch)
             return RescaleEvent(now, job_id, None, after, RescaleKind.START, outcome.pause_s, measured=True)
@@ -167,7 +205,42 @@ class DaskExecutor:
                 self._reported.add(job_id)
         return saved
 
+    def noise_scale(self, job_id: str, now: float) -> float | None:
+        """The job's smoothed B_noise from its latest status (None: not running or not estimated yet)."""
+        job = self.jobs.get(job_id)
+        if job is None or job_id in self._reported:
+            return None
+        status = job.status()
+        return status.noise_scale if status is not None else None
+
+    def _watch(self, job_id: str, job: JobCoordinator) -> None:
+        """Feed the job's refit its latest status, with the hosts its workers span now."""
+        held = [addr for addr, owner in self.pool.busy.items() if owner == job_id]
+        status = job.status()
+        hosts = len({host_of(a) for a in held}) if status is not None and len(held) == status.world_size else None
+        self._refits[job_id].observe(status, hosts)
+
+    def profile(self, job_id: str, now: float) -> ThroughputProfile | None:
+        """The job's throughput model refitted from its own steps (None: not running, refit off, no step yet)."""
+        job = self.jobs.get(job_id)
+        if job_id not in self._refits or job is None or job_id in self._reported or job_id in self._failures:
+            return None
+        self._watch(job_id, job)
+        return self._refits[job_id].profile()
+
+    def _metered(self, job_id: str) -> float:
+        """Feed the job's meter its latest status; the base-batch-equivalent samples done."""
+        meter = self._meters[job_id]
+        job = self.jobs.get(job_id)
+        status = job.status() if job is not None and job_id not in self._reported else None
+        if status is not None and self.noise_model is not None:
+            noise = self.noise_model.noise_scale(meter.spec, meter.done, status.noise_scale)
+            meter.observe(status.step, status.samples_seen, status.global_batch, noise)
+        return meter.done
+
     def progress(self, job_id: str, now: float) -> float:
+        if job_id in self._meters:
+            return self._metered(job_id)
         if job_id in self.results:
             return float(self.results[job_id].samples_seen)
         job = self.jobs.get(job_id)
@@ -177,10 +250,19 @@ class DaskExecutor:
     def completed(self, now: float) -> list[str]:
         done = []
         for job_id, job in self.jobs.items():
-            if job_id not in self._reported and job_id not in self._failures and job.finished:
+            if job_id in self._reported or job_id in self._failures:
+                continue
+            if job_id in self._refits and job.members:
+                self._watch(job_id, job)  # every poll: a generation's reports are seen before it ends
+            if job.finished:
                 self.results[job_id] = job.wait(timeout=60)
-                self._reported.add(job_id)
-                done.append(job_id)
+            elif job_id in self._meters and job.members and self._metered(job_id) >= self._meters[job_id].spec.total_samples:
+                job.stop()  # its base-batch-equivalent work is done; the trainer's raw budget is an upper bound
+                self.results[job_id] = job.collect()
+            else:
+                continue
+            self._reported.add(job_id)
+            done.append(job_id)
         return done
 
     def next_completion(self, now: float) -> float | None:

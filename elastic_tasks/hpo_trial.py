@@ -20,13 +20,12 @@ import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 
 import torch
 from torch import nn
 
 from elastic_tasks.recipe import TrainingRecipe, load_entry_point
-from elastic_tasks.state import CHECKPOINT_NAME
+from elastic_tasks.state import CHECKPOINT_NAME, has_checkpoint, read_checkpoint
 
 _PREFIX = "trial_"
 
@@ -52,14 +51,15 @@ class TrialRecipeSpec:
 
 def trial_entrypoint(spec: TrialRecipeSpec) -> str:
     payload = json.dumps(dataclasses.asdict(spec), sort_keys=True).encode()
-    return f"{__name__}:{_PREFIX}{base64.urlsafe_b64encode(payload).decode()}"
+    return f"{__name__}:{_PREFIX}{base64.b32encode(payload).decode().rstrip('=').lower()}"
 
 
 def decode(name: str) -> TrialRecipeSpec:
     if not name.startswith(_PREFIX):
         raise AttributeError(name)
+    text = name[len(_PREFIX) :].upper()
     try:
-        data = json.loads(base64.urlsafe_b64decode(name[len(_PREFIX) :].encode()))
+        data = json.loads(base64.b32decode(text + "=" * (-len(text) % 8)))
     except (ValueError, json.JSONDecodeError) as exc:
         raise AttributeError(f"{name[:40]}...: not an encoded trial ({exc})") from None
     return TrialRecipeSpec(**data)
@@ -85,10 +85,10 @@ def trial_recipe(spec: TrialRecipeSpec) -> TrainingRecipe:
 
 
 def _checkpoint(directory: str) -> dict:
-    path = Path(directory) / CHECKPOINT_NAME
-    if not path.is_file():
+    # A path or an fsspec URL: the service writes checkpoints wherever its root says.
+    if not has_checkpoint(directory):
         raise FileNotFoundError(f"resume_from={directory!r}: no {CHECKPOINT_NAME} there (previous stage did not finish?)")
-    return torch.load(path, map_location="cpu", weights_only=True)
+    return read_checkpoint(directory)
 
 
 def _restored_model(build: Callable[[], nn.Module], resume_from: str | None) -> nn.Module:

@@ -21,6 +21,7 @@ Where the two batch sizes come from (``GradientNoiseProbe``):
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -110,8 +111,11 @@ class GradientNoiseProbe:
     def value(self) -> float | None:
         return self.estimator.value
 
-    def attach(self, ddp: torch.nn.parallel.DistributedDataParallel) -> None:
-        """Read this rank's local gradient in DDP's communication hook, then allreduce as DDP would."""
+    def attach(self, ddp: torch.nn.parallel.DistributedDataParallel, wrap: Callable[[Callable], Callable] | None = None) -> None:
+        """Read this rank's local gradient in DDP's communication hook, then allreduce as DDP would.
+
+        ``wrap`` decorates the hook (the trainer's ``collective.HookWitness`` watches the allreduce).
+        """
         group = ddp.process_group if hasattr(ddp, "process_group") else dist.group.WORLD
 
         # Unannotated on purpose: DDP checks hook annotations, which this module's postponed
@@ -121,7 +125,7 @@ class GradientNoiseProbe:
             self._local_sq = sq if self._local_sq is None else self._local_sq + sq
             return allreduce_hook(group, bucket)
 
-        ddp.register_comm_hook(None, hook)
+        ddp.register_comm_hook(None, hook if wrap is None else wrap(hook))
 
     def _grads(self, model: torch.nn.Module) -> list[torch.Tensor]:
         return [p.grad for p in model.parameters() if p.grad is not None]

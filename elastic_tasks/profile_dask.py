@@ -6,7 +6,7 @@ runs alone on a GPU worker (on CPU clusters the resource is virtual).
 
 Dask's nanny starts workers as daemonic processes, which may not spawn children, so a
 worker cannot time allreduce itself; pass the cluster's allreduce fit (seed 000 measures it
-once per cluster, not per job — ``profiler.measure_allreduce`` from the client side).
+once per cluster, not per job — ``allreduce_timing.measure_allreduce`` from the client side).
 """
 
 from __future__ import annotations
@@ -19,8 +19,32 @@ from distributed import Client, Future
 from allocator.types import AllreduceModel
 from elastic_tasks.devices import default_backend
 from elastic_tasks.profile_cache import ProfileCache
-from elastic_tasks.profiler import ProfileReport, ProfileSettings, profile_cached
+from elastic_tasks.iteration_timing import trainable_params
+from elastic_tasks.profile_settings import ProfileSettings
+from elastic_tasks.profiler import ProfileReport, cache_key, profile_cached
 from elastic_tasks.recipe import load_entry_point
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WorkerIdentity:
+    """What a GPU worker says about profiling there: the cache key of a profile measured as its
+    ranks train (its device, threads, precision, this torch) and the model's trainable parameters
+    (what the allreduce prior is measured at)."""
+
+    key: str
+    num_params: int
+
+
+def worker_identity(entrypoint: str, settings: ProfileSettings) -> WorkerIdentity:
+    """Runs on the worker: nothing is measured, the recipe is built to name the profile."""
+    recipe = load_entry_point(entrypoint)
+    ranks = as_ranks_run(settings)
+    key = cache_key(recipe, ranks)
+    return WorkerIdentity(f"{key.workload}|{key.hardware}|{key.settings}", trainable_params(recipe.build_model()))
+
+
+def submit_identity(client: Client, entrypoint: str, settings: ProfileSettings, resources: dict[str, float] | None = None) -> Future:
+    return client.submit(worker_identity, entrypoint, settings, resources={"GPU": 1} if resources is None else resources, pure=False)
 
 
 def profile_entry_point(

@@ -122,6 +122,16 @@ class Plan:
             raise ValueError(f"Plan.source={self.source!r}: not among members {self.members!r}")
 
 
+def check_batch(batch: int, gpus: int) -> None:
+    """A job asked for ``gpus`` ranks at global batch ``batch``: every rank must get a sample."""
+    if not (isinstance(gpus, int) and not isinstance(gpus, bool) and gpus >= 1):
+        raise ValueError(f"gpus={gpus!r}: must be a positive integer")
+    if not (isinstance(batch, int) and not isinstance(batch, bool) and batch >= 1):
+        raise ValueError(f"global_batch={batch!r}: must be a positive integer")
+    if batch < gpus:
+        raise ValueError(f"global_batch={batch!r}: must be >= gpus={gpus} so every rank gets a sample")
+
+
 @dataclass(frozen=True, slots=True)
 class RankSpec:
     """What one rank task needs: which job's board, who it is, and which plan version it joins at.
@@ -150,6 +160,9 @@ class StepRecord:
     agree_s: float = 0.0  # of which spent blocked on this step's agreement (it overlaps the next step)
     cpu_s: float = 0.0  # CPU time of the recording rank's process (all its threads) over wall_s
     noise_scale: float | None = None  # smoothed gradient noise scale B_noise so far (elastic_tasks.noise_scale)
+    # The samples ``loss``/``accuracy`` average over when not the global batch: the step's
+    # agreement failed with its group (a peer died), so only this rank's own samples are known.
+    loss_samples: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,12 +7,12 @@ ranks keep their process, model and optimizer tensors; they destroy the old proc
 join the new one, and — if someone new joined — everyone copies the state of a survivor
 over the collective backend (no disk). Ranks not in the new plan leave cleanly.
 
-Coordination is asynchronous (seed 002): a background thread watches the board for new
-plans while training runs; at the end of every step the ranks agree, in one tiny
-allreduce (the one that also sums the step's loss), on the newest plan any of them has
-seen, and all switch at the same step
-boundary. A collective that fails (a peer died) sends the rank into recovery: it reports
-its step and waits for the coordinator's recovery plan, losing at most the step in flight.
+Coordination is asynchronous (seed 002): a background thread (``courier.py``) watches the
+board for new plans while training runs; at the end of every step the ranks agree, in one
+tiny allreduce that also sums the step's loss (``agreement.py``), on the newest plan any of
+them has seen, and all switch at the same step boundary. A collective that fails (a peer
+died) raises ``CollectiveFailure`` and sends the rank into recovery: it reports its step and
+waits for the coordinator's recovery plan, losing at most the step in flight.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import statistics
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -32,7 +31,9 @@ from distributed.comm import get_address_host
 from torch.nn.parallel import DistributedDataParallel
 
 from elastic_tasks import step as steps
+from elastic_tasks.agreement import Agreed, Agreement, StepOutcome
 from elastic_tasks.board import EventKind, JobBoard, JobStatus, RankEvent
+from elastic_tasks.collective import CollectiveFailure, HookWitness, collective
 from elastic_tasks.courier import Courier as _Courier
 from elastic_tasks.protocol import (
     FROM_CHECKPOINT,
@@ -42,27 +43,21 @@ from elastic_tasks.protocol import (
     RankExit,
     RankResult,
     RankSpec,
-    StepRecord,
     SwitchRecord,
 )
 from elastic_tasks.devices import default_backend, process_group_backend, rank_device
 from elastic_tasks.evaluate import evaluate
 from elastic_tasks.loader import RankLoader
 from elastic_tasks.noise_scale import GradientNoiseProbe
+from elastic_tasks.rank_records import RankRecords
 from elastic_tasks.recipe import TrainingRecipe, load_entry_point, to_device
 from elastic_tasks.scaling import accumulation_steps, initial_lr, micro_batches, rescale_lr
 from elastic_tasks.sharding import EpochSampler, rank_slice
 from elastic_tasks.state import ElasticState, TrainMeta, has_checkpoint, read_meta
 from elastic_tasks.straggler import StragglerDetector
+from elastic_tasks.timeouts import RECOVERY_POLL_S, plan_wait_s
 
 log = logging.getLogger(__name__)
-
-_POLL_S = 0.05  # recovery: how often a waiting rank looks for its plan
-
-
-class CollectiveFailure(RuntimeError):
-    """A rendezvous or collective of the current generation failed: a peer is gone or hung."""
-
 
 def run_rank(spec: RankSpec) -> RankResult:
     """Dask task: train as rank ``spec.uid`` on board ``spec.board_id`` until the job ends or the rank leaves."""
@@ -82,26 +77,6 @@ def run_rank(spec: RankSpec) -> RankResult:
                 dist.destroy_process_group()
 
 
-def _is_collective_error(exc: BaseException) -> bool:
-    if isinstance(exc, (CollectiveFailure, dist.DistError, TimeoutError, ConnectionError)):
-        return True
-    text = str(exc).lower()
-    return isinstance(exc, RuntimeError) and any(w in text for w in ("gloo", "nccl", "connection", "timed out", "timeout", "peer"))
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _InFlight:
-    """A step's agreement allreduce, issued but not yet read, and what its record needs."""
-
-    work: dist.Work
-    stats: torch.Tensor
-    step: int
-    global_batch: int
-    lr: float
-    t0: float
-    cpu0: float
-
-
 class _Rank:
     def __init__(self, spec: RankSpec, board: JobBoard) -> None:
         self.spec = spec
@@ -119,7 +94,6 @@ class _Rank:
         meta = TrainMeta(step=0, samples_seen=0, global_batch=self.config.global_batch, lr=lr, rng_state=b"")
         self.state = ElasticState(model, optimizer, meta, steps.make_scaler(self.recipe.precision, self.device))
         self.batches: Iterator[object] | None = None  # this generation's share, from the stream position it began at
-        self._lr = lr.at(0)
         self.state.capture_rng()
         self.sampler = EpochSampler(len(self.recipe.dataset), self.config.seed)  # type: ignore[arg-type]
         self.loader = RankLoader(self.recipe, self.sampler)  # one per rank; loader workers outlive generations
@@ -131,16 +105,10 @@ class _Rank:
         self.world = 0
         self.ddp: DistributedDataParallel | None = None
         self._stores: list[dist.TCPStore] = []
-        self.history: list[StepRecord] = []
-        self.switches: list[SwitchRecord] = []
-        self.indices: list[tuple[int, tuple[int, ...]]] = []
-        self.stragglers: list[tuple[int, str]] = []
-        self.recoveries: list[tuple[int, int]] = []
-        self.step_times: list[float] = []
-        self.local_time = 0.0
-        self._cpu0 = 0.0
-        self._inflight: _InFlight | None = None
+        self.records = RankRecords()
+        self.agreement: Agreement | None = None  # this generation's end-of-step agreements
         self.noise = GradientNoiseProbe()  # gradient noise scale for goodput (issue 14)
+        self.witness = HookWitness()  # tells a failed gradient allreduce from the recipe's own errors
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -151,7 +119,7 @@ class _Rank:
         self.courier.start()
         try:
             self.board.post(RankEvent(EventKind.READY, self.spec.uid, self.spec.join_version, 0))
-            plan = self.board.plan(self.spec.join_version, timeout=max(60.0, 4 * self.config.timeout_s))
+            plan = self.board.plan(self.spec.join_version, timeout=plan_wait_s(self.config))
             t_stop = time.time()
             while True:
                 if plan.kind in (PlanKind.STOP, PlanKind.CHECKPOINT_STOP) or self.spec.uid not in plan.members:
@@ -162,9 +130,7 @@ class _Rank:
                     t_stop = time.time()
                     if plan is None:
                         return self._finish()
-                except Exception as exc:
-                    if not _is_collective_error(exc):
-                        raise
+                except CollectiveFailure as exc:
                     t_stop = time.time()
                     plan = self._recover(exc)
                     if plan is None:
@@ -188,6 +154,27 @@ class _Rank:
         self._drop_group()
         self.plan, self.pending = plan, None
         self.rank, self.world = plan.members.index(self.spec.uid), len(plan.members)
+        self.agreement = Agreement(self.rank, self.world)
+        with collective(f"rendezvous of generation {plan.version}"):
+            self._form_group(plan)
+        if plan.source == FROM_CHECKPOINT:
+            self.state.load(self.config.checkpoint_dir)  # type: ignore[arg-type]
+        elif plan.source is not None:
+            with collective(f"state broadcast of generation {plan.version}"):
+                self.state.broadcast(src=plan.members.index(plan.source))
+        self._apply_batch(plan)
+        self._open_loader()
+        with collective(f"DDP set-up of generation {plan.version}"):  # it checks parameter shapes across ranks
+            self.ddp = DistributedDataParallel(self.state.model, init_sync=False, forward_sync_buffers=False)
+        self.noise.attach(self.ddp, wrap=self.witness.wrap)
+        pause = time.time() - t_stop
+        meta = self.state.meta
+        self.records.switches.append(SwitchRecord(plan.version, plan.kind, meta.step, self.world, meta.global_batch, pause, plan.source))
+        self.records.step_times = []
+        if self.rank == 0:
+            self.board.post(RankEvent(EventKind.APPLIED, self.spec.uid, plan.version, meta.step, pause_s=pause, world_size=self.world))
+
+    def _form_group(self, plan: Plan) -> None:
         timeout = timedelta(seconds=self.config.timeout_s)
         if self.rank == 0:
             store = dist.TCPStore(self.host, 0, self.world, is_master=True, timeout=timeout, wait_for_workers=False)
@@ -198,20 +185,6 @@ class _Rank:
         # Keep the previous generation's store alive a little longer: a slow peer may still close on it.
         self._stores = [*self._stores[-1:], store]
         dist.init_process_group(process_group_backend(self.backend), store=store, rank=self.rank, world_size=self.world, timeout=timeout)
-        if plan.source == FROM_CHECKPOINT:
-            self.state.load(self.config.checkpoint_dir)  # type: ignore[arg-type]
-        elif plan.source is not None:
-            self.state.broadcast(src=plan.members.index(plan.source))
-        self._apply_batch(plan)
-        self._open_loader()
-        self.ddp = DistributedDataParallel(self.state.model, init_sync=False, forward_sync_buffers=False)
-        self.noise.attach(self.ddp)
-        pause = time.time() - t_stop
-        meta = self.state.meta
-        self.switches.append(SwitchRecord(plan.version, plan.kind, meta.step, self.world, meta.global_batch, pause, plan.source))
-        self.step_times = []
-        if self.rank == 0:
-            self.board.post(RankEvent(EventKind.APPLIED, self.spec.uid, plan.version, meta.step, pause_s=pause, world_size=self.world))
 
     def _apply_batch(self, plan: Plan) -> None:
         meta = self.state.meta
@@ -231,22 +204,12 @@ class _Rank:
     def _drop_group(self) -> None:
         self.ddp = None
         self.batches = None  # what it prefetched past the switch is read again from the new position
-        self._salvage_inflight()
+        if self.agreement is not None:  # a peer failed during the next step: a completed agreement still counts
+            self._record(self.agreement.salvage(self.noise.value))
+            self.agreement = None
         if dist.is_initialized():
             with contextlib.suppress(Exception):
                 dist.destroy_process_group()
-
-    def _salvage_inflight(self) -> None:
-        """A group is going away with an agreement in flight (a peer failed during the next
-        step): if it completed, its step still gets its record; plans it saw are not acted on."""
-        pending, self._inflight = self._inflight, None
-        if pending is None or not pending.work.is_completed():
-            return
-        try:
-            pending.work.wait()
-        except Exception:  # noqa: BLE001 - it failed with the group; the step's state is kept
-            return
-        self._record(pending, None, time.perf_counter())
 
     def _leave(self, plan: Plan, t_stop: float) -> RankResult:
         if plan.kind == PlanKind.CHECKPOINT_STOP and self.rank == 0 and self.plan is not None:
@@ -275,10 +238,10 @@ class _Rank:
         self._drop_group()
         self.state.optimizer.zero_grad(set_to_none=True)
         step = self.state.meta.step
-        self.recoveries.append((failed, step))
+        self.records.recoveries.append((failed, step))
         log.warning("rank %s: generation %d failed at step %d: %s", self.spec.uid, failed, step, exc)
         self.board.post(RankEvent(EventKind.FAILED, self.spec.uid, failed, step, detail=str(exc)[:300]))
-        deadline = time.monotonic() + max(60.0, 4 * self.config.timeout_s)
+        deadline = time.monotonic() + plan_wait_s(self.config)
         version = failed
         while time.monotonic() < deadline:
             latest = self.courier.refresh()
@@ -287,7 +250,7 @@ class _Rank:
                 plan = self.board.plan(version, timeout=self.config.timeout_s)
                 if plan.kind in (PlanKind.RECOVER, PlanKind.STOP, PlanKind.CHECKPOINT_STOP):
                     return plan if self.spec.uid in plan.members else None
-            time.sleep(_POLL_S)
+            time.sleep(RECOVERY_POLL_S)
         return None
 
     # -- training ------------------------------------------------------------------------------
@@ -301,14 +264,11 @@ class _Rank:
     def _train_until_switch(self) -> Plan | None:
         """Train step by step; returns the plan to switch to, or None when the job is done.
 
-        Each step's agreement runs while the next step computes (see ``_agree``), so the loop
-        drains the one in flight before it switches generation or finishes.
+        Each step's agreement runs while the next step computes (``elastic_tasks.agreement``),
+        so the loop drains the one in flight before it switches generation or finishes.
         """
         while not self._done():
-            t0 = time.perf_counter()
-            self._cpu0 = time.process_time()
-            loss_sum, correct, count = self._step()
-            plan = self._agree(loss_sum, correct, count, t0)
+            plan = self._agree(self._step())
             cfg = self.config
             if cfg.checkpoint_every and self.rank == 0 and self.state.meta.step % cfg.checkpoint_every == 0:
                 self.state.save(cfg.checkpoint_dir)  # type: ignore[arg-type]
@@ -318,17 +278,18 @@ class _Rank:
         self._settle()  # the job is done: a plan that arrives with the last agreement is moot
         return None
 
-    def _step(self) -> tuple[float, float, int]:
+    def _step(self) -> StepOutcome:
+        t0, cpu0 = time.perf_counter(), time.process_time()
         meta = self.state.meta
         batch = meta.global_batch
         indices = self.sampler.step_indices(meta.samples_seen, batch)
         lo, hi = rank_slice(batch, self.world, self.rank)
         local = indices[lo:hi]
         if self.config.record_indices:
-            self.indices.append((meta.step, tuple(int(i) for i in local)))
+            self.records.indices.append((meta.step, tuple(int(i) for i in local)))
         chunks = micro_batches(len(local), accumulation_steps(batch, self.world, self.config.max_batch_per_gpu))
-        self._lr = steps.step_lr(self.recipe, meta.lr.at(meta.step), meta.samples_seen)
-        steps.set_lr(self.state.optimizer, self._lr)
+        lr = steps.step_lr(self.recipe, meta.lr.at(meta.step), meta.samples_seen)
+        steps.set_lr(self.state.optimizer, lr)
         self.state.optimizer.zero_grad(set_to_none=True)
         ddp, batches, recipe, scaler = self.ddp, self.batches, self.recipe, self.state.scaler
         assert ddp is not None and batches is not None
@@ -336,19 +297,19 @@ class _Rank:
         # update sum(all losses)/global_batch whatever the split.
         scale = self.world / batch
         loss_sum = correct = 0.0
-        t_local = time.perf_counter()
+        t_local, local_time = time.perf_counter(), 0.0
         if self.spec.delay_s:
             time.sleep(self.spec.delay_s)
         for i, (a, b) in enumerate(chunks):
             micro = to_device(next(batches), self.device)
             last = i == len(chunks) - 1
-            with contextlib.nullcontext() if last else ddp.no_sync():
+            with contextlib.nullcontext() if last else ddp.no_sync(), self.witness.step_collectives(f"step {meta.step}"):
                 with steps.autocast(recipe.precision, self.device):
                     loss, hits = recipe.loss(ddp, micro)
                 n = b - a
                 if last:
                     # Local work ends where the gradient allreduce (waiting for peers) begins.
-                    self.local_time = time.perf_counter() - t_local
+                    local_time = time.perf_counter() - t_local
                 steps.backward(loss.float() * (n * scale), scaler)
                 self.noise.after_micro(ddp.module, n, scale, self.world)
             loss_sum += float(loss.detach()) * n
@@ -356,103 +317,56 @@ class _Rank:
         self.noise.finish_step(ddp.module, batch, self.world)
         steps.optimizer_step(self.state.optimizer, self.state.model, scaler, recipe.clip_grad_norm)
         self.state.meta = dataclasses.replace(meta, step=meta.step + 1, samples_seen=meta.samples_seen + batch)
-        return loss_sum, correct, len(local)
+        throughput = len(local) / max(local_time, 1e-9)
+        return StepOutcome(meta.step, loss_sum, correct, len(local), throughput, batch, lr, t0, cpu0)
 
-    def _agree(self, loss_sum: float, correct: float, count: int, t0: float) -> Plan | None:
-        """End-of-step agreement: global loss, per-rank throughput, newest plan seen by anyone.
-
-        One SUM allreduce carries everything: [loss, correct, count, throughput per rank, newest
-        plan version seen per rank]; each rank fills only its own slots, so the sum is every
-        rank's value side by side (versions are small integers: exact in float64). It is issued
-        asynchronously and read one step later, so it overlaps the next step's compute instead
-        of adding a second synchronisation point per step; every rank reads step t's agreement
-        at the same boundary, so decisions stay identical across ranks.
-        """
-        assert self.plan is not None
-        t_agree = time.perf_counter()
-        w = self.world
-        stats = torch.zeros(3 + 2 * w, dtype=torch.float64)
-        stats[0], stats[1], stats[2] = loss_sum, correct, count
-        stats[3 + self.rank] = count / max(self.local_time, 1e-9)
-        stats[3 + w + self.rank] = self.courier.seen_version
-        meta = self.state.meta
-        launched = _InFlight(
-            dist.all_reduce(stats, async_op=True), stats, meta.step - 1, meta.global_batch, self._lr, t0, self._cpu0
-        )
-        previous, self._inflight = self._inflight, launched
-        if previous is None:
+    def _agree(self, outcome: StepOutcome) -> Plan | None:
+        """Issue this step's agreement and act on the previous step's (``elastic_tasks.agreement``)."""
+        assert self.agreement is not None
+        agreed = self.agreement.issue(outcome, self.courier.seen_version, self.noise.value)
+        if agreed is None:
             return None
-        return self._absorb(previous, next_t0=t0, t_agree=t_agree)
+        self._record(agreed)
+        return self._next_plan(agreed.newest_version)
 
     def _settle(self) -> None:
-        """Wait for the agreement in flight and record it (before a switch, a stop or the end)."""
-        pending, self._inflight = self._inflight, None
-        if pending is not None:
-            self._absorb(pending, next_t0=None, t_agree=time.perf_counter())
+        """Wait for the agreement in flight and record it (before a switch, a stop or the end);
+        a plan it reveals is moot: the loop is leaving this generation anyway."""
+        assert self.agreement is not None
+        self._record(self.agreement.settle(self.noise.value))
 
-    def _absorb(self, done: _InFlight, next_t0: float | None, t_agree: float) -> Plan | None:
-        """Read a finished agreement: record its step, flag stragglers, report status, see plans."""
-        done.work.wait()
-        stats, w = self._record(done, next_t0, t_agree), self.world
+    def _next_plan(self, newest: int) -> Plan | None:
+        """The plan to switch to at this boundary: the newest any rank has seen, once its step has come."""
         plan = self.plan
         assert plan is not None
-        meta = self.state.meta
-        newest = int(stats[3 + w : 3 + 2 * w].max())
         if newest > plan.version and (self.pending is None or newest > self.pending.version):
             candidate = self.board.plan(newest, timeout=self.config.timeout_s)
             if candidate.kind != PlanKind.RECOVER:  # recovery plans are for ranks in recovery
                 self.pending = candidate
         pending = self.pending
-        if pending is not None and (pending.at_step is None or meta.step >= pending.at_step):
+        if pending is not None and (pending.at_step is None or self.state.meta.step >= pending.at_step):
             return pending
         return None
 
-    def _record(self, done: _InFlight, next_t0: float | None, t_agree: float) -> torch.Tensor:
-        """Record the step of a completed agreement; flag stragglers; rank 0 reports status."""
+    def _record(self, agreed: Agreed | None) -> None:
+        """Keep a read agreement's step record; flag stragglers; rank 0 reports status."""
         plan = self.plan
-        assert plan is not None
-        stats, batch, w = done.stats, done.global_batch, self.world
-        now = time.perf_counter()
-        # A step lasts from its start to the next step's start (or, for the last, to now).
-        wall = (next_t0 if next_t0 is not None else now) - done.t0
-        record = StepRecord(
-            done.step,
-            float(stats[0]) / batch,
-            float(stats[1]) / batch,
-            w,
-            batch,
-            done.lr,
-            wall,
-            now - t_agree,
-            time.process_time() - done.cpu0 if next_t0 is None else self._cpu0 - done.cpu0,
-            noise_scale=self.noise.value,
-        )
-        self.history.append(record)
-        self.step_times.append(record.wall_s)
-        throughput = {uid: float(stats[3 + r]) for r, uid in enumerate(plan.members)}
-        for uid in self.detector.update(throughput):
-            self.stragglers.append((record.step, uid))
+        if agreed is None or plan is None:
+            return
+        record = agreed.record
+        self.records.history.append(record)
+        if record.loss_samples is not None:  # one rank's view of a step whose group failed
+            return
+        self.records.step_times.append(record.wall_s)
+        for uid in self.detector.update(dict(zip(plan.members, agreed.throughput, strict=True))):
+            self.records.stragglers.append((record.step, uid))
             if self.rank == 0:
                 self.board.post(RankEvent(EventKind.STRAGGLER, uid, plan.version, record.step))
-        meta = self.state.meta
         if self.rank == 0:
+            meta = self.state.meta
             self.courier.status = JobStatus(
-                plan.version, meta.step, meta.samples_seen, w, meta.global_batch, record.loss, time.time(), record.noise_scale
+                plan.version, meta.step, meta.samples_seen, self.world, meta.global_batch, record.loss, time.time(), record.noise_scale
             )
-        return stats
 
     def _result(self, exit_: RankExit, evaluation: EvalResult | None = None) -> RankResult:
-        meta = self.state.meta
-        return RankResult(
-            uid=self.spec.uid,
-            exit=exit_,
-            step=meta.step,
-            samples_seen=meta.samples_seen,
-            history=tuple(self.history),
-            switches=tuple(self.switches),
-            indices=tuple(self.indices),
-            stragglers=tuple(self.stragglers),
-            recoveries=tuple(self.recoveries),
-            eval=evaluation,
-            step_time_s=statistics.median(self.step_times) if self.step_times else 0.0,
-        )
+        return self.records.result(self.spec.uid, exit_, self.state.meta, evaluation)

@@ -1,0 +1,98 @@
+"""A failed collective as a type: ``CollectiveFailure``, raised where a torch.distributed call fails.
+
+gloo reports a dead peer as a plain ``RuntimeError`` ("Connection closed by peer ...";
+measured with torch 2.13), nccl as ``DistBackendError``, a rendezvous that never opens as
+``TimeoutError``: no exception type of torch's says "the group is broken". So the trainer
+wraps the places where it calls into the process group, and a failure there *is* a
+collective failure, whatever its text. Everything else (a recipe's own error) goes through
+untouched and fails the job, as it should.
+
+Two collectives run inside DDP, where the trainer cannot wrap the call itself:
+
+* the gradient allreduce runs in DDP's communication hook; ``HookWitness.wrap`` records its
+  failure (raised at once, or later by its future) so the error that surfaces from
+  ``backward()`` can be told from an autograd error of the recipe;
+* DDP's one-off bucket rebuild (a broadcast from rank 0) runs in the forward of a new
+  wrapper's second step: its failure is raised from DDP's own frame in torch, which is
+  how ``step_collectives`` recognises it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from types import TracebackType
+
+import torch
+import torch.nn.parallel.distributed as _ddp
+
+# What torch raises when a peer dies, hangs or never shows up (see the module docstring).
+_DIST_ERRORS = (RuntimeError, TimeoutError, ConnectionError)
+# DDP's own frames: an error raised here during a forward is its bucket rebuild's broadcast.
+_DDP_SOURCE = os.path.realpath(_ddp.__file__)
+
+
+class CollectiveFailure(RuntimeError):
+    """A rendezvous or collective of the current generation failed: a peer is gone or hung.
+
+    ``__cause__`` is torch's own exception.
+    """
+
+
+@contextlib.contextmanager
+def collective(what: str) -> Iterator[None]:
+    """Around calls that only talk to the process group: any failure of theirs is a ``CollectiveFailure``."""
+    try:
+        yield
+    except CollectiveFailure:
+        raise
+    except _DIST_ERRORS as exc:
+        raise CollectiveFailure(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+
+class HookWitness:
+    """Sees DDP's gradient allreduce fail inside its communication hook."""
+
+    def __init__(self) -> None:
+        self.error: BaseException | None = None
+
+    def wrap(self, hook: Callable[..., torch.futures.Future]) -> Callable[..., torch.futures.Future]:
+        # Unannotated, with DDP's parameter names: DDP inspects a hook's signature.
+        def watched(state, bucket):  # type: ignore[no-untyped-def]  # noqa: ANN001, ANN202
+            try:
+                future = hook(state, bucket)
+            except Exception as exc:
+                self.error = exc
+                raise
+            return future.then(self._check)
+
+        return watched
+
+    def _check(self, future: torch.futures.Future) -> torch.Tensor:
+        try:
+            return future.value()
+        except Exception as exc:
+            self.error = exc
+            raise
+
+    @contextlib.contextmanager
+    def step_collectives(self, what: str) -> Iterator[None]:
+        """Around one step's forward and backward through DDP (the recipe's code runs inside too)."""
+        self.error = None
+        try:
+            yield
+        except CollectiveFailure:
+            raise
+        except _DIST_ERRORS as exc:
+            if self.error is None and not _raised_in_ddp(exc.__traceback__):
+                raise  # the recipe's own error
+            raise CollectiveFailure(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+
+def _raised_in_ddp(tb: TracebackType | None) -> bool:
+    last = None
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    return last is not None and os.path.realpath(last.tb_frame.f_code.co_filename) == _DDP_SOURCE
+

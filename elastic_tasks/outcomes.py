@@ -1,0 +1,82 @@
+"""What a job's coordinator reports: each generation change, the job's result, and its failure."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from elastic_tasks.protocol import PlanKind, RankResult, StepRecord
+from elastic_tasks.recovery import RecoveryRecord
+
+
+class JobFailed(RuntimeError):
+    """The job cannot go on (a rank raised, nobody survived and no checkpoint exists, ...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RescaleOutcome:
+    """One generation change as the coordinator saw it; ``pause_s`` is measured by the ranks."""
+
+    version: int
+    kind: PlanKind
+    before: int
+    after: int
+    global_batch: int
+    step: int
+    pause_s: float | None  # training time lost: last step of the old generation -> new one ready; None: it never trained
+    prepare_s: float  # new ranks' start-up, overlapped with training (not lost)
+    restart: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class JobResult:
+    job_id: str
+    finished: bool
+    steps: int
+    samples_seen: int
+    history: tuple[StepRecord, ...]
+    rescales: tuple[RescaleOutcome, ...]
+    recoveries: tuple[RecoveryRecord, ...]
+    stragglers: tuple[tuple[int, str], ...]
+    ranks: tuple[RankResult, ...]
+    eval_loss: float | None
+    eval_accuracy: float | None
+    eval_metrics: tuple[tuple[str, float], ...] = ()  # the recipe's own eval metrics (name, mean)
+
+    @property
+    def final_loss(self) -> float | None:
+        return self.history[-1].loss if self.history else None
+
+
+def gather(
+    job_id: str,
+    finished: bool,
+    results: list[RankResult],
+    rescales: Iterable[RescaleOutcome],
+    recoveries: Iterable[RecoveryRecord],
+    stragglers: Iterable[tuple[int, str]],
+) -> JobResult:
+    """One job's result from its ranks' results: a step's record comes from the rank that got
+    furthest, an agreed record before one rank's own view of a step whose group failed."""
+    history: dict[int, StepRecord] = {}
+    for r in sorted(results, key=lambda r: r.step):
+        for rec in r.history:
+            held = history.get(rec.step)
+            if held is None or rec.loss_samples is None or held.loss_samples is not None:
+                history[rec.step] = rec
+    final = next((r for r in results if r.eval is not None), None)
+    best = max(results, key=lambda r: r.step, default=None)
+    return JobResult(
+        job_id=job_id,
+        finished=finished,
+        steps=best.step if best else 0,
+        samples_seen=best.samples_seen if best else 0,
+        history=tuple(history[k] for k in sorted(history)),
+        rescales=tuple(rescales),
+        recoveries=tuple(recoveries),
+        stragglers=tuple(stragglers),
+        ranks=tuple(results),
+        eval_loss=final.eval.loss if final and final.eval else None,
+        eval_accuracy=final.eval.accuracy if final and final.eval else None,
+        eval_metrics=final.eval.metrics if final and final.eval else (),
+    )

@@ -1,0 +1,40 @@
+"""What a rank keeps of its life until it returns: the records its ``RankResult`` carries.
+
+Kept apart from the rank loop so that the loop reads as training, and the result's shape
+(tuples, the median step time of the last generation) is built in one place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+
+from elastic_tasks.protocol import EvalResult, RankExit, RankResult, StepRecord, SwitchRecord
+from elastic_tasks.state import TrainMeta
+
+
+@dataclasses.dataclass(slots=True)
+class RankRecords:
+    """Appended to as the rank trains; read once, by ``result``."""
+
+    history: list[StepRecord] = dataclasses.field(default_factory=list)
+    switches: list[SwitchRecord] = dataclasses.field(default_factory=list)
+    indices: list[tuple[int, tuple[int, ...]]] = dataclasses.field(default_factory=list)  # (step, this rank's samples)
+    stragglers: list[tuple[int, str]] = dataclasses.field(default_factory=list)  # (step, uid) when first flagged
+    recoveries: list[tuple[int, int]] = dataclasses.field(default_factory=list)  # (failed generation, step held)
+    step_times: list[float] = dataclasses.field(default_factory=list)  # wall time per step, current generation only
+
+    def result(self, uid: str, exit_: RankExit, meta: TrainMeta, evaluation: EvalResult | None = None) -> RankResult:
+        return RankResult(
+            uid=uid,
+            exit=exit_,
+            step=meta.step,
+            samples_seen=meta.samples_seen,
+            history=tuple(self.history),
+            switches=tuple(self.switches),
+            indices=tuple(self.indices),
+            stragglers=tuple(self.stragglers),
+            recoveries=tuple(self.recoveries),
+            eval=evaluation,
+            step_time_s=statistics.median(self.step_times) if self.step_times else 0.0,
+        )

@@ -1,0 +1,170 @@
+"""Worker loss: a generation lost ranks; the survivors continue, or new ranks resume from the checkpoint.
+
+A rank whose collective fails reports the step it holds and waits. Once every member of the
+failed generation has reported or is known dead, the survivors form the next generation,
+copying the state of the survivor furthest ahead. If nobody survived, new ranks load the
+last checkpoint; without one the job fails. When every rank dies at once nobody reports: the
+scheduler's view of the workers is then the only witness, checked on every pump tick.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from elastic_tasks.board import EventKind, RankEvent
+from elastic_tasks.job_state import JobState
+from elastic_tasks.protocol import FROM_CHECKPOINT, Plan, PlanKind
+from elastic_tasks.state import has_checkpoint
+
+if TYPE_CHECKING:
+    from elastic_tasks.coordinator import JobCoordinator
+
+log = logging.getLogger(__name__)
+
+# The failed generation's plan is ours and already published: this only rides out a slow scheduler.
+PLAN_READ_S = 5.0
+# Survivors report within one collective timeout of the failure (a hung peer's collective
+# times out after ``timeout_s``); this much more lets their reports travel to the scheduler.
+REPORT_GRACE_S = 5.0
+# Asking the scheduler whether every member's worker died is a round trip: twice a second.
+ALL_DEAD_CHECK_S = 0.5
+# Nannies restart killed workers under new addresses: how often to look for one.
+NANNY_POLL_S = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryRecord:
+    failed_version: int
+    version: int
+    survivors: tuple[str, ...]
+    lost: tuple[str, ...]
+    resumed_step: int
+    last_reported_step: int
+    pause_s: float | None  # measured by the new generation's rank 0; None: it never trained
+    from_checkpoint: bool
+
+    @property
+    def steps_lost(self) -> int:
+        """Completed steps thrown away (the partial step in flight is redone on top)."""
+        return max(0, self.last_reported_step - self.resumed_step)
+
+
+class Recovery:
+    """Runs on the job's event pump; ``records`` lists every recovery so far."""
+
+    def __init__(self, job: JobCoordinator) -> None:
+        self.job = job
+        self.records: list[RecoveryRecord] = []
+        self._next_check = 0.0
+
+    def recovered_from(self) -> set[int]:
+        return {r.failed_version for r in self.records}
+
+    def tick(self) -> None:
+        """After each drain: recover the newest failed generation not yet recovered."""
+        heard = self.job.pump.heard
+        done = self.recovered_from()
+        newest_applied = max(heard.applied, default=-1)
+        for version in sorted(heard.failed):
+            if version not in done and version >= newest_applied:
+                self.recover(version)
+                return
+        if time.monotonic() >= self._next_check:
+            self._next_check = time.monotonic() + ALL_DEAD_CHECK_S
+            self._check_all_dead(newest_applied)
+
+    def _check_all_dead(self, version: int) -> None:
+        job = self.job
+        members = job.members
+        if version < 0 or job.finished or not members or version in self.recovered_from():
+            return
+        if version != job.version or not all(job.dead(u) for u in members):
+            return
+        job.pump.mark_failed(version)
+        self.recover(version)
+
+    def recover(self, failed_version: int) -> None:
+        """Every member of the failed generation reported or is dead (or time is up): regroup."""
+        job, pump = self.job, self.job.pump
+        with job.plan_lock:
+            if failed_version in self.recovered_from():
+                return
+            job.lifecycle.move(JobState.RECOVERING)
+            members = job.board.plan(failed_version, timeout=PLAN_READ_S).members
+            deadline = time.monotonic() + job.config.timeout_s + REPORT_GRACE_S
+            while time.monotonic() < deadline:
+                reported = pump.heard.failed.get(failed_version, {})
+                if all(u in reported or job.dead(u) for u in members):
+                    break
+                pump.pump()
+            reported = dict(pump.heard.failed.get(failed_version, {}))
+            survivors = tuple(u for u in members if u in reported and not job.dead(u))
+            lost = tuple(u for u in members if u not in survivors)
+            job.drop(lost)
+            last_status = job.status()
+            last_step = max([*reported.values(), last_status.step if last_status else 0])
+            version = job.next_version()
+            if survivors:
+                source = max(survivors, key=lambda u: (reported[u], -members.index(u)))
+                new_plan = Plan(version, PlanKind.RECOVER, survivors, max(job.global_batch, len(survivors)), source=source)
+                resumed = reported[source]
+            elif has_checkpoint(job.config.checkpoint_dir):
+                survivors = self._relaunch(len(members), version)
+                new_plan = Plan(version, PlanKind.RECOVER, survivors, max(job.global_batch, len(survivors)), source=FROM_CHECKPOINT)
+                resumed = -1
+            else:
+                pump.record(RankEvent(EventKind.ERROR, "-", failed_version, last_step, detail="every rank was lost and no checkpoint exists"))
+                job.lifecycle.move(JobState.FAILED)
+                self.records.append(RecoveryRecord(failed_version, version, (), lost, -1, last_step, None, False))
+                return
+            if new_plan.source == FROM_CHECKPOINT:
+                log.warning(
+                    "job %s: generation %d lost every rank (%s); %d new rank(s) resume from the last checkpoint",
+                    job.job_id, failed_version, "; ".join(why_lost(job, u) for u in lost), len(survivors),
+                )  # fmt: skip
+            else:
+                log.warning("job %s: generation %d lost %s; %d survivor(s) continue", job.job_id, failed_version, lost, len(survivors))
+            job.publish(new_plan)
+            job.members, job.global_batch = new_plan.members, new_plan.global_batch
+            record = RecoveryRecord(failed_version, version, survivors, lost, resumed, last_step, None, new_plan.source == FROM_CHECKPOINT)
+            self.records.append(record)
+        # Wait for the new generation here (the pump must keep pumping events meanwhile).
+        deadline = time.monotonic() + job.startup_s
+        while time.monotonic() < deadline and version not in pump.heard.applied and not job.finished:
+            pump.pump()
+        applied = pump.heard.applied.get(version)
+        if applied is not None:
+            # The survivors time the pause from the moment their collective failed.
+            resumed_step = applied.step if resumed < 0 else resumed
+            self.records[-1] = RecoveryRecord(failed_version, version, survivors, lost, resumed_step, last_step, applied.pause_s, record.from_checkpoint)
+            job.lifecycle.move(JobState.RUNNING, only_from=(JobState.RECOVERING,))
+
+    def _relaunch(self, wanted: int, version: int) -> tuple[str, ...]:
+        """New ranks for a generation that lost every rank, on whatever workers the nannies bring back."""
+        job = self.job
+        wait_until = time.monotonic() + job.startup_s
+        while not job.pool.free() and time.monotonic() < wait_until:
+            time.sleep(NANNY_POLL_S)
+        workers = job.pool.take(job.job_id, max(1, min(wanted, len(job.pool.free()))))
+        return tuple(job.launch(addr, version) for addr in workers)
+
+
+def why_lost(job: JobCoordinator, uid: str) -> str:
+    """What the coordinator saw of a rank it gave up: its task's end, or its worker leaving (a
+    rank that never said why is otherwise a mystery in the log)."""
+    fut = job.futures.get(uid)
+    if fut is not None and fut.status == "error":
+        try:
+            exc = fut.exception(timeout=1)
+        except Exception as err:  # noqa: BLE001 - only a diagnosis
+            exc = err
+        return f"{uid}: its task raised {type(exc).__name__}: {exc}"
+    if fut is not None and fut.status in ("cancelled", "lost"):
+        return f"{uid}: its task was {fut.status}"
+    worker = job.worker_of.get(uid)
+    if worker not in set(job.pool.alive()):
+        return f"{uid}: its worker {worker} left the cluster"
+    return f"{uid}: reported nothing within the collective timeout"

@@ -1,0 +1,122 @@
+"""A running job's measured steps, refitted into its throughput model (``allocator.refit``).
+
+The executor reads each job's status now and then (``JobCoordinator.status``: rank 0's step
+counter, world size, global batch, plan version and the wall time it recorded its latest step).
+Two reports of one generation (plan version), n steps apart, say that those n steps took
+``(t2 - t1) / n`` seconds each: n ``StepObservation``s of that mean (one per step, so the
+prior fades by steps reported, as ``OnlineThroughputFit`` says; one shared frozen instance, so
+a step costs the list a reference), on the generation's GPUs, the trainer's micro-batch and
+accumulation steps for that world size and batch (``scaling.accumulation_steps`` under the
+job's memory cap) and the hosts its workers span. Reports come every 0.5 s or so (the rank's
+courier): the steps between two are timed together.
+
+The job's offline profile is the fit's prior; once the job has reported steps its own
+measurements decide (``OnlineThroughputFit``). Allreduce coefficients the job has not
+measured (it never ran on several GPUs of one host, or across hosts) stay the prior's: a
+one-GPU job says nothing about its allreduce, and a zero fit would tell the policy that
+scaling out is free.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from allocator.refit import OnlineThroughputFit, StepObservation
+from allocator.types import ThroughputProfile
+from elastic_tasks.board import JobStatus
+from elastic_tasks.scaling import accumulation_steps
+
+
+@dataclass(frozen=True, slots=True)
+class RefitSettings:
+    """``warmup_steps``: steps skipped after the first report of each generation (see ``StepWatch``);
+    ``half_life``: ``OnlineThroughputFit``'s forgetting, in observations (None: never forget)."""
+
+    warmup_steps: int = 3
+    half_life: float | None = None
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.warmup_steps, int) and self.warmup_steps >= 0):
+            raise ValueError(f"RefitSettings.warmup_steps={self.warmup_steps!r}: must be an integer >= 0")
+        if self.half_life is not None and not (self.half_life > 0):
+            raise ValueError(f"RefitSettings.half_life={self.half_life!r}: must be > 0 or None")
+
+
+class StepWatch:
+    """Turns one job's successive status reports into ``StepObservation``s (pure: no clock, no I/O).
+
+    Warm-up: the first steps after a start or a rescale are slow (the new process group's first
+    collectives, the data loader restarting, allocator caches; ``benchmarks/refit_bench.py``
+    drops 3). So the first report of a generation is never the end of an interval — the time
+    before it holds the regroup pause — and intervals start only at the first report at least
+    ``warmup_steps`` steps after it. A report whose hosts are unknown (the executor's workers do
+    not match its world size: a generation in transition) ends no interval either.
+    """
+
+    def __init__(self, max_batch_per_gpu: int | None, warmup_steps: int = 3) -> None:
+        self.max_batch_per_gpu = max_batch_per_gpu
+        self.warmup_steps = warmup_steps
+        self.restart()
+
+    def restart(self) -> None:
+        """A new coordinator (the job restarted): plan versions count from 0 again."""
+        self._version: int | None = None
+        self._first_step = 0
+        self._last: JobStatus | None = None  # the open interval's start (None: still warming up)
+
+    def observe(self, status: JobStatus | None, hosts: int | None) -> list[StepObservation]:
+        if status is None:
+            return []
+        if status.version != self._version:
+            self._version, self._first_step, self._last = status.version, status.step, None
+            return []
+        if self._last is None:
+            if status.step >= self._first_step + self.warmup_steps:
+                self._last = status
+            return []
+        last = self._last
+        if status.step <= last.step or status.time <= last.time:
+            return []  # the same report again (polled faster than the rank pushes)
+        self._last = status
+        if hosts is None or status.world_size != last.world_size or status.global_batch != last.global_batch:
+            return []
+        k, batch = status.world_size, status.global_batch
+        accum = accumulation_steps(batch, k, self.max_batch_per_gpu)
+        steps = status.step - last.step
+        return [StepObservation(k, -(-batch // (k * accum)), accum, min(hosts, k), (status.time - last.time) / steps)] * steps
+
+
+class JobRefit:
+    """One job's online model: its status reports in, a refitted ``ThroughputProfile`` out."""
+
+    def __init__(self, prior: ThroughputProfile, settings: RefitSettings = RefitSettings()) -> None:
+        self.prior = prior
+        self.watch = StepWatch(prior.max_batch_per_gpu, settings.warmup_steps)
+        self.fit = OnlineThroughputFit(prior.num_params, prior=prior, half_life=settings.half_life)
+        self.observations = 0
+        self._intra_seen = self._inter_seen = False
+        self._profile: ThroughputProfile | None = None
+        self._fitted_at = 0
+
+    def observe(self, status: JobStatus | None, hosts: int | None) -> None:
+        new = self.watch.observe(status, hosts)
+        self.fit.add(new)
+        self.observations += len(new)
+        self._intra_seen |= any(o.gpus > 1 and o.hosts == 1 for o in new)
+        self._inter_seen |= any(o.gpus > 1 and o.hosts > 1 for o in new)
+
+    def profile(self) -> ThroughputProfile | None:
+        """The refitted profile (None until the job has reported a step past its warm-up)."""
+        if self.observations == 0:
+            return None
+        if self._fitted_at != self.observations:
+            p = self.prior
+            fitted = self.fit.fit().to_profile(p.workload, p.num_params, p.max_batch_per_gpu, hardware=f"{p.hardware} (refitted)")
+            self._profile = dataclasses.replace(
+                fitted,
+                allreduce=fitted.allreduce if self._intra_seen else p.allreduce,
+                inter_host=fitted.inter_host if self._inter_seen else p.inter_host,
+            )
+            self._fitted_at = self.observations
+        return self._profile
