@@ -1,4 +1,4 @@
-"""Where Dask workers come from: a LocalCluster, an existing scheduler, or Kubernetes.
+"""Where Dask workers come from: a local cluster (``deploy.local``), an existing scheduler, or Kubernetes.
 
 Every worker stands for one GPU and advertises the Dask resource ``GPU=1``, so a task that
 asks for ``resources={"GPU": 1}`` lands on a worker of its own. On a machine without GPUs
@@ -8,103 +8,18 @@ how tests and the quickstart run.
 
 from __future__ import annotations
 
-import asyncio
 import copy
-import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-import dask
-from distributed import Client, SpecCluster
-import distributed.deploy.subprocess
-from distributed.deploy.subprocess import SubprocessCluster
+from distributed import Client
 
-from elastic_tasks.cluster import TRAINING_WORKER_ENV, training_worker_config
+from deploy.local import GPU_RESOURCE, TRAINING_WORKER_ENV, local_cluster
 
-GPU_RESOURCE = "GPU"
 K8S_GPU = "nvidia.com/gpu"
 # The image's non-root user (deploy/Dockerfile).
 RUN_AS_USER = 10001
-
-
-def local_cluster(workers: int, *, memory_limit: str | int = 0, dashboard: bool = False) -> SpecCluster:
-    """One single-threaded worker process per (virtual) GPU, each with ``GPU=1``.
-
-    Workers run in their own ``dask spec`` subprocesses rather than ``LocalCluster``'s
-    spawned children: spawn re-imports the caller's ``__main__`` in every worker, which from
-    the CLI is prefect + mlflow + torch — about 35 s instead of 8 s for four workers on two
-    cores. The workers' nanny gets the allocator settings training needs
-    (``training_worker_config``).
-    """
-    if not (isinstance(workers, int) and workers >= 1):
-        raise ValueError(f"workers={workers!r}: must be a positive integer")
-    # The working directory on the workers' path, so local entry points import; the config
-    # through the variable Dask reads at import (``DASK_*`` variables would lower-case the
-    # keys, and environment names are case-sensitive).
-    path = os.pathsep.join([os.getcwd()] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
-    inherited = os.environ.get("DASK_INTERNAL_INHERIT_CONFIG")
-    config = dask.config.merge(dask.config.deserialize(inherited) if inherited else {}, training_worker_config())
-    with _environ(PYTHONPATH=path, DASK_INTERNAL_INHERIT_CONFIG=dask.config.serialize(config), **_subprocess_logging()), _own_process_groups():
-        return SubprocessCluster(
-            n_workers=workers,
-            threads_per_worker=1,
-            worker_kwargs={"resources": {GPU_RESOURCE: 1}, "memory_limit": memory_limit},
-            dashboard_address=":0" if dashboard else None,
-        )
-
-
-class _SpawnInOwnGroup:
-    """``asyncio`` as ``distributed.deploy.subprocess`` sees it, but every process it spawns leads
-    a process group of its own. Ctrl-C in a terminal signals the whole foreground group: the
-    scheduler and workers would die at once, under ranks that are about to stop cleanly, and
-    every shutdown step would then wait out Dask's connect timeouts (measured: 149 s and a
-    screen of tracebacks). In their own groups they are closed by us, in order."""
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(asyncio, name)
-
-    @staticmethod
-    async def create_subprocess_exec(*args: object, **kwargs: object) -> asyncio.subprocess.Process:
-        return await asyncio.create_subprocess_exec(*args, process_group=0, **kwargs)
-
-
-@contextmanager
-def _own_process_groups() -> Iterator[None]:
-    # distributed's SubprocessCluster offers no hook for Popen arguments; swap the module's view
-    # of asyncio only while the cluster starts its processes, then put it back.
-    module = distributed.deploy.subprocess
-    before = module.asyncio
-    module.asyncio = _SpawnInOwnGroup()  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        module.asyncio = before
-
-
-def _subprocess_logging() -> dict[str, str]:
-    """The environment that sets the subprocesses' ``distributed`` log level from the caller's
-    (the CLI: errors only unless ``-v``). distributed logs a failed task at ERROR with its whole
-    traceback; the job's failure says it in one line, so a quiet caller gets CRITICAL there."""
-    level = os.environ.get("DASK_LOGGING__DISTRIBUTED")
-    if not level:
-        return {}
-    return {"DASK_LOGGING__DISTRIBUTED": "critical" if level.lower() in ("error", "critical") else level}
-
-
-@contextmanager
-def _environ(**values: str) -> Iterator[None]:
-    """Set environment variables for the subprocesses started inside; restore the caller's after."""
-    before = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, old in before.items():
-            if old is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = old
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,9 +160,3 @@ def connect(kind: str, *, workers: int = 4, address: str | None = None, kube: Ku
             yield client
     else:
         raise ValueError(f"cluster={kind!r}: must be local, address or kubernetes")
-
-
-def gpu_workers(client: Client) -> list[str]:
-    """Addresses of the workers advertising a GPU, sorted (stable rank placement)."""
-    info = client.scheduler_info(n_workers=-1)["workers"]
-    return sorted(addr for addr, w in info.items() if w.get("resources", {}).get(GPU_RESOURCE, 0) >= 1)

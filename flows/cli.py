@@ -1,6 +1,7 @@
 """The ``malleable`` command line: one typer app, one module per command group.
 
-Each command lives in its own ``flows/cmd_*.py`` module. This file only names them: a
+Each command lives in its own ``flows/commands/*.py`` module (which never imports another
+command's). This file only names them: a
 command's module is imported when that command runs (or its own ``--help`` is asked for),
 so ``malleable --help`` and ``--version`` never import torch, Prefect, MLflow or Dask.
 Adding a command is one row in ``COMMANDS``.
@@ -28,22 +29,22 @@ class LazyCommand:
 
 
 COMMANDS: tuple[LazyCommand, ...] = (
-    LazyCommand("quickstart", "flows.cmd_quickstart:quickstart", "Run the cluster flow on a LocalCluster: three jobs arrive, elastic_dp grows and shrinks them in place."),
-    LazyCommand("run", "flows.cmd_run:run", "Run a jobs file through the autoscaling loop: real elastic training on Dask workers, or simulated."),
-    LazyCommand("train", "flows.cmd_train:train", "Train one job elastically on a local Dask cluster and print a summary."),
-    LazyCommand("profile", "flows.cmd_profile:profile_command", "Measure per-iteration time over a batch ladder and allreduce time; print and save the profile."),
-    LazyCommand("plan", "flows.cmd_plan:plan", "Show the GPUs and batch size a policy gives each job, with predicted throughput."),
-    LazyCommand("simulate", "flows.cmd_simulate:simulate_command", "Simulate a cluster with the same autoscaling loop a real run uses."),
-    LazyCommand("idle-nodes", "flows.cmd_idle_nodes:idle_nodes_command", "Replay idle nodes under each policy and report U = A_e / A_s, throughput, rescales and solve times."),
-    LazyCommand("retrain", "flows.cmd_retrain:retrain", "Retrain one model elastically and log metrics and the model to MLflow."),
-    LazyCommand("compare", "flows.cmd_compare:compare", "Compare recorded runs (e.g. elastic vs fixed on one trace): table and per-job JCT plot."),
-    LazyCommand("ui", "flows.cmd_ui:ui", "Print the commands that open the MLflow and Prefect UIs for this project's settings."),
-    LazyCommand("hpo", "flows.cmd_hpo:app", "Deadline-constrained, cost-minimising plans for successive-halving HPO (seed 001)."),
-    LazyCommand("serve", "flows.cmd_service:serve", "Run the scheduler service until stopped (Ctrl-C / SIGTERM: running jobs checkpoint, the next service resumes them)."),
-    LazyCommand("submit", "flows.cmd_service:submit", "Submit one job (from flags) or a jobs file's jobs to the service; prints the job ids."),
-    LazyCommand("jobs", "flows.cmd_service:jobs", "The service's jobs: state, GPUs, batch, progress, ETA."),
-    LazyCommand("cancel", "flows.cmd_service:cancel", "Cancel jobs: a queued one at once, a running one when the service stops it."),
-    LazyCommand("wait", "flows.cmd_service:wait", "Wait until the jobs end; exit 0 only if all finished."),
+    LazyCommand("quickstart", "flows.commands.quickstart:quickstart", "Run the cluster flow on a LocalCluster: three jobs arrive, elastic_dp grows and shrinks them in place."),
+    LazyCommand("run", "flows.commands.run:run", "Run a jobs file through the autoscaling loop: real elastic training on Dask workers, or simulated."),
+    LazyCommand("train", "flows.commands.train:train", "Train one job elastically on a local Dask cluster and print a summary."),
+    LazyCommand("profile", "flows.commands.profile:profile_command", "Measure per-iteration time over a batch ladder and allreduce time; print and save the profile."),
+    LazyCommand("plan", "flows.commands.plan:plan", "Show the GPUs and batch size a policy gives each job, with predicted throughput."),
+    LazyCommand("simulate", "flows.commands.simulate:simulate_command", "Simulate a cluster with the same autoscaling loop a real run uses."),
+    LazyCommand("idle-nodes", "flows.commands.idle_nodes:idle_nodes_command", "Replay idle nodes under each policy and report U = A_e / A_s, throughput, rescales and solve times."),
+    LazyCommand("retrain", "flows.commands.retrain:retrain", "Retrain one model elastically and log metrics and the model to MLflow."),
+    LazyCommand("compare", "flows.commands.compare:compare", "Compare recorded runs (e.g. elastic vs fixed on one trace): table and per-job JCT plot."),
+    LazyCommand("ui", "flows.commands.ui:ui", "Print the commands that open the MLflow and Prefect UIs for this project's settings."),
+    LazyCommand("hpo", "flows.commands.hpo:app", "Deadline-constrained, cost-minimising plans for successive-halving HPO (seed 001)."),
+    LazyCommand("serve", "flows.commands.service:serve", "Run the scheduler service until stopped (Ctrl-C / SIGTERM: running jobs checkpoint, the next service resumes them)."),
+    LazyCommand("submit", "flows.commands.service:submit", "Submit one job (from flags) or a jobs file's jobs to the service; prints the job ids."),
+    LazyCommand("jobs", "flows.commands.service:jobs", "The service's jobs: state, GPUs, batch, progress, ETA."),
+    LazyCommand("cancel", "flows.commands.service:cancel", "Cancel jobs: a queued one at once, a running one when the service stops it."),
+    LazyCommand("wait", "flows.commands.service:wait", "Wait until the jobs end; exit 0 only if all finished."),
 )
 
 

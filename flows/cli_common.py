@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from flows.console import EXIT_FAILED, fail
+from flows.console import EXIT_FAILED, console, fail
 from flows.settings import ClusterKind, Settings, SettingsError, load_settings
 
 
@@ -68,3 +68,9 @@ def ui_commands(settings: Settings) -> list[tuple[str, str]]:
         ("MLflow", mlflow),
         ("Prefect", "prefect server start   # then open http://127.0.0.1:4200 (runs made with an ephemeral API are kept in $PREFECT_HOME, default ~/.prefect)"),
     ]
+
+
+def print_ui_hint() -> None:
+    console.print("\n[bold]Look at it:[/]")
+    for what, command in ui_commands(settings_or_fail()):
+        console.print(f"  {what}: {command}", soft_wrap=True, highlight=False, markup=False)

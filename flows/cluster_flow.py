@@ -24,18 +24,19 @@ from prefect.cache_policies import NO_CACHE
 from allocator.admission import OverflowMode
 from allocator.loop import LoopResult, LoopSettings, StepReport
 from allocator.policies import make_policy
+from allocator.specs import JobsFile
 from allocator.types import Allocation, JobSpec
 from deploy.clusters import KubeSpec, connect
 from elastic_tasks.cluster import warm_up
-from elastic_tasks.coordinator import JobCoordinator, JobResult
-from elastic_tasks.entrypoints import resolve_workload
+from elastic_tasks.coordinator import JobCoordinator
 from elastic_tasks.executor import JobSettings
-from elastic_tasks.recipe import load_entry_point
+from elastic_tasks.outcomes import JobResult
+from elastic_tasks.recipe import load_entry_point, resolve_workload
 from flows.interrupts import on_interrupt
 from flows.flow_artifacts import ProgressArtifact, publish_results, summary_markdown
 from flows.jobfile import load_jobs_file
 from flows.live_tracking import LiveRecorder
-from flows.record import RecordedRun, parent_params, record_run
+from flows.record import MeasuredJob, RecordedRun, parent_params, record_run
 from flows.run_guard import status_for
 from flows.retrain_flow import MissingPackageError, worth_retrying, wait_for_workers
 from flows.settings import load_settings
@@ -174,30 +175,29 @@ def step_timestamps_ms(history: Sequence, job_start_ms: int) -> list[int]:
     return out
 
 
-def _measured(results: dict, result: LoopResult, started_ms: int) -> tuple[dict[str, list[MetricPoint]], dict[str, dict[str, float]]]:
-    series: dict[str, list[MetricPoint]] = {}
-    finals: dict[str, dict[str, float]] = {}
+def measured_jobs(results: Mapping[str, JobResult], result: LoopResult, started_ms: int) -> dict[str, MeasuredJob]:
+    """What the trainer measured per job, its per-step series stamped with wall-clock times."""
+    measured: dict[str, MeasuredJob] = {}
     starts = {r.job_id: r.start for r in result.jobs}
     for job_id, r in results.items():
         job_start_ms = started_ms + int((starts.get(job_id) or 0.0) * 1000)
-        series[job_id] = [
+        series = tuple(
             p
             for rec, ts in zip(r.history, step_timestamps_ms(r.history, job_start_ms))
             for p in (MetricPoint("loss", rec.loss, rec.step, ts), MetricPoint("train_accuracy", rec.accuracy, rec.step, ts), MetricPoint("lr", rec.lr, rec.step, ts))
-        ]
-        final = {"steps": float(r.steps), "samples_seen": float(r.samples_seen)}
-        if r.eval_accuracy is not None:
-            final["accuracy"] = r.eval_accuracy
-        if r.eval_loss is not None:
-            final["eval_loss"] = r.eval_loss
-        final.update({f"eval_{name}": value for name, value in r.eval_metrics})  # the recipe's own metrics
-        if r.final_loss is not None:
-            final["loss"] = r.final_loss
-        pauses = [o.pause_s for o in r.rescales[1:] if o.pause_s == o.pause_s]
-        if pauses:
-            final["rescale_pause_s_mean"] = sum(pauses) / len(pauses)
-        finals[job_id] = final
-    return series, finals
+        )
+        pauses = [o.pause_s for o in r.rescales[1:] if o.pause_s is not None]  # None: not measured
+        measured[job_id] = MeasuredJob(
+            steps=r.steps,
+            samples_seen=r.samples_seen,
+            series=series,
+            accuracy=r.eval_accuracy,
+            eval_loss=r.eval_loss,
+            eval_metrics=tuple(r.eval_metrics),
+            loss=r.final_loss,
+            rescale_pause_s_mean=sum(pauses) / len(pauses) if pauses else None,
+        )
+    return measured
 
 
 @flow(name="cluster", log_prints=True)
@@ -212,10 +212,13 @@ def cluster_flow(
     collective_timeout_s: float = 60.0,
     on_step: Callable[[StepReport], None] | None = None,
     to_running_service: bool = True,
+    parsed: JobsFile | None = None,
 ) -> ClusterOutcome:
-    """Run the jobs of ``jobs_file`` on the configured Dask cluster under the autoscaling loop."""
+    """Run the jobs of ``jobs_file`` on the configured Dask cluster under the autoscaling loop.
+
+    ``parsed``: ``jobs_file`` as the caller already read it, so a command parses it once."""
     settings = load_settings(workers=workers, policy=policy, interval_s=interval_s, overflow=overflow)
-    jobs, _, file_policy = load_jobs(jobs_file)
+    jobs, _, file_policy = load_jobs(jobs_file) if parsed is None else (parsed.jobs, parsed.gpus, parsed.policy)
     check_trainable(jobs)
     chosen = policy or file_policy or settings.policy
     make_policy(chosen)
@@ -226,7 +229,7 @@ def cluster_flow(
     def observe(report: StepReport) -> None:
         progress.update(report.finished_total)
         for e in report.events:
-            print(f"t={report.time:6.1f}s {e.job_id}: {e.kind.value} {e.before.gpus if e.before else 0}->{e.after.gpus if e.after else 0} GPUs (cost {e.cost_s:.2f} s)")
+            print(f"t={report.time:6.1f}s {e.job_id}: {e.kind.value} {e.before.gpus if e.before else 0}->{e.after.gpus if e.after else 0} GPUs (cost {'-' if e.cost_s is None else f'{e.cost_s:.2f}'} s)")
         if on_step is not None:
             on_step(report)
 
@@ -261,10 +264,9 @@ def cluster_flow(
             raise
     wall_s = time.monotonic() - t0
     progress.update(len(jobs))
-    series, finals = _measured(results, result, start_ms)
     recorded = record_run(
         tracker, name, result, {j.id: j for j in jobs}, mode="real", start_ms=start_ms,
-        params=extra, measured_series=series, measured_final=finals, live=live.runs,
+        params=extra, measured=measured_jobs(results, result, start_ms), live=live.runs,
     )  # fmt: skip
     publish_results(
         "cluster",

@@ -9,21 +9,22 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import yaml
-
 from allocator.profile_io import profile_from_dict
 from allocator.specs import JobsFile, jobs_file_from_dict
 from allocator.types import ThroughputProfile
-from flows.paths import read_text_file
+from flows.paths import read_data_file, read_text_file
 
 
-def _parse(path: Path) -> object:
-    text = read_text_file(path, "jobs file")
+def profile_file(base: Path, ref: str, where: str) -> ThroughputProfile:
+    """The profile JSON at ``ref`` (relative to ``base``, the naming file's directory)."""
+    target = (base / ref).resolve()
+    if not target.exists():
+        raise ValueError(f"{where}={str(ref)!r}: no such profile file ({target})")
     try:
-        # YAML is a superset of JSON, but JSON errors read better from the json module.
-        return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise ValueError(f"jobs file {str(path)!r}: not valid {'JSON' if path.suffix == '.json' else 'YAML'} ({exc})".replace("\n", " ")) from None
+        data = json.loads(read_text_file(target, f"{where}={str(ref)!r}: profile file"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{where}: {target} is not valid JSON ({exc})") from None
+    return profile_from_dict(data, where)
 
 
 def _load_profiles(raw: object, base: Path) -> dict[str, ThroughputProfile]:
@@ -34,21 +35,13 @@ def _load_profiles(raw: object, base: Path) -> dict[str, ThroughputProfile]:
     profiles = {}
     for name, ref in raw.items():
         where = f"profiles.{name}"
-        if isinstance(ref, str):
-            target = (base / ref).resolve()
-            if not target.exists():
-                raise ValueError(f"{where}={str(ref)!r}: no such profile file")
-            try:
-                ref = json.loads(read_text_file(target, f"{where}: profile file"))
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{where}: {target} is not valid JSON ({exc})") from None
-        profiles[str(name)] = profile_from_dict(ref, where)
+        profiles[str(name)] = profile_file(base, ref, where) if isinstance(ref, str) else profile_from_dict(ref, where)
     return profiles
 
 
 def load_jobs_file(path: str | Path) -> JobsFile:
     path = Path(path)
-    data = _parse(path)
+    data = read_data_file(path, "jobs file")
     if not isinstance(data, dict):
         raise ValueError(f"jobs file {str(path)!r}: expected a mapping with a 'jobs' list")
     profiles = _load_profiles(data.get("profiles"), path.parent)

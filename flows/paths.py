@@ -1,4 +1,4 @@
-"""Paths the user names: read a file as text, check an output location before any work.
+"""Paths the user names: read a file (as text, or parsed YAML/JSON), check an output location before any work.
 
 Every failure is one ValueError naming the flag or file and what is wrong with it, raised
 before anything is written.
@@ -6,8 +6,11 @@ before anything is written.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+
+import yaml
 
 
 def read_text_file(path: Path, what: str) -> str:
@@ -22,6 +25,16 @@ def read_text_file(path: Path, what: str) -> str:
         raise ValueError(f"{what} {str(path)!r}: not UTF-8 text (byte {exc.start}); is it a binary file?") from None
     except OSError as exc:
         raise ValueError(f"{what} {str(path)!r}: cannot read ({exc.strerror})") from None
+
+
+def read_data_file(path: Path, what: str) -> object:
+    """The parsed content of a YAML file (JSON where the name ends in ``.json``)."""
+    text = read_text_file(path, what)
+    try:
+        # YAML is a superset of JSON, but JSON errors read better from the json module.
+        return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise ValueError(f"{what} {str(path)!r}: not valid {'JSON' if path.suffix == '.json' else 'YAML'} ({exc})".replace("\n", " ")) from None
 
 
 def _dir_problem(path: Path) -> str | None:

@@ -2,14 +2,15 @@
 
 The parent holds the run's settings as params, cluster-level metrics over time, the schedule
 CSV and the figures; each job's nested run holds its spec as params and its GPUs, global
-batch, per-GPU batch and modelled samples/s as metrics over time (step = whole seconds since
-the run began), plus what the executor measured (loss, accuracy, ...) when there is any.
+batch, per-GPU micro-batch, accumulation steps and modelled samples/s as metrics over time
+(step = whole seconds since the run began), plus what the executor measured (loss, accuracy,
+...) when there is any.
 """
 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -40,6 +41,34 @@ class JobOutcome:
 
 
 @dataclass(frozen=True, slots=True)
+class MeasuredJob:
+    """What the trainer measured for one job of a real run: per-step series and end values."""
+
+    steps: int
+    samples_seen: int
+    series: tuple[MetricPoint, ...] = ()
+    accuracy: float | None = None
+    eval_loss: float | None = None
+    eval_metrics: tuple[tuple[str, float], ...] = ()  # the recipe's own, logged as eval_<name>
+    loss: float | None = None
+    rescale_pause_s_mean: float | None = None
+
+    def final_values(self) -> dict[str, float]:
+        """Metric name -> end value (a recipe metric named like a built-in one is overridden by it)."""
+        values: dict[str, float] = {"steps": float(self.steps), "samples_seen": float(self.samples_seen)}
+        if self.accuracy is not None:
+            values["accuracy"] = self.accuracy
+        if self.eval_loss is not None:
+            values["eval_loss"] = self.eval_loss
+        values.update({f"eval_{name}": value for name, value in self.eval_metrics})
+        if self.loss is not None:
+            values["loss"] = self.loss
+        if self.rescale_pause_s_mean is not None:
+            values["rescale_pause_s_mean"] = self.rescale_pause_s_mean
+        return values
+
+
+@dataclass(frozen=True, slots=True)
 class RecordedRun:
     parent_run: str
     job_runs: Mapping[str, str]
@@ -63,11 +92,11 @@ def job_params(spec: JobSpec) -> dict[str, object]:
     }
 
 
-def outcomes(result: LoopResult, measured: Mapping[str, Mapping[str, float]] | None = None) -> tuple[JobOutcome, ...]:
+def outcomes(result: LoopResult, measured: Mapping[str, MeasuredJob] | None = None) -> tuple[JobOutcome, ...]:
     out = []
     for r in result.jobs:
         rescales = sum(1 for e in result.events if e.job_id == r.job_id and e.kind.value in ("in_place", "restart"))
-        final = (measured or {}).get(r.job_id, {})
+        m = (measured or {}).get(r.job_id)
         out.append(
             JobOutcome(
                 job_id=r.job_id,
@@ -76,25 +105,29 @@ def outcomes(result: LoopResult, measured: Mapping[str, Mapping[str, float]] | N
                 finish_s=r.finish,
                 jct_s=None if r.finish is None else r.finish - r.arrival,
                 rescales=rescales,
-                final_accuracy=final.get("accuracy"),
-                final_loss=final.get("loss"),
+                final_accuracy=None if m is None else m.accuracy,
+                final_loss=None if m is None else m.loss,
             )
         )
     return tuple(out)
 
 
-def _schedule_points(result: LoopResult, spec: JobSpec, start_ms: int) -> list[MetricPoint]:
+def schedule_points(result: LoopResult, spec: JobSpec, start_ms: int) -> list[MetricPoint]:
+    """The job's share over time as metrics. A share's batch runs in ``accum_steps`` micro-steps
+    per optimizer step, so ``batch_per_gpu`` is the micro-batch a rank holds at once and the
+    modelled rate is the throughput model's with those steps (one allreduce per optimizer step)."""
     points = []
     for row in result.schedule:
         if row.job_id != spec.id:
             continue
         step, ts = int(round(row.time)), start_ms + int(row.time * 1000)
-        rate = throughput(spec.profile, row.batch, row.gpus) if row.gpus > 0 else 0.0
-        per_gpu = -(-row.batch // row.gpus) if row.gpus > 0 else 0
+        rate = throughput(spec.profile, row.batch, row.gpus, row.accum_steps) if row.gpus > 0 else 0.0
+        per_gpu = -(-row.batch // (row.gpus * row.accum_steps)) if row.gpus > 0 else 0
         points += [
             MetricPoint("gpus", row.gpus, step, ts),
             MetricPoint("batch", row.batch, step, ts),
             MetricPoint("batch_per_gpu", per_gpu, step, ts),
+            MetricPoint("accum_steps", row.accum_steps if row.gpus > 0 else 0, step, ts),
             MetricPoint("modelled_samples_per_s", rate, step, ts),
         ]
     return points
@@ -146,13 +179,13 @@ def record_run(
     mode: str,
     start_ms: int,
     params: Mapping[str, object] | None = None,
-    measured_series: Mapping[str, Sequence[MetricPoint]] | None = None,
-    measured_final: Mapping[str, Mapping[str, float]] | None = None,
+    measured: Mapping[str, MeasuredJob] | None = None,
     parent: str | None = None,
     live: LiveRuns | None = None,
 ) -> RecordedRun:
     """Log ``result`` as a parent run with nested job runs; returns their ids (or offline refs).
 
+    ``measured``: what the trainer measured per job (a real run).
     ``live``: runs opened while the loop ran (``flows.live_tracking``); they are completed
     rather than created again."""
     metrics = summarise(result, specs)
@@ -163,13 +196,14 @@ def record_run(
         parent_run = live.parent_run
     tracker.log_metrics(parent_run, _cluster_points(result, start_ms))
     job_runs: dict[str, str] = {}
-    outs = outcomes(result, measured_final)
+    outs = outcomes(result, measured)
     for out in outs:
         spec = specs[out.job_id]
         opened = None if live is None else live.job_runs.get(out.job_id)
         run = opened or tracker.start_run(out.job_id, parent=parent_run, params=job_params(spec), tags={"malleable.mode": mode})
         job_runs[out.job_id] = run
-        points = _schedule_points(result, spec, start_ms) + list((measured_series or {}).get(out.job_id, ()))
+        m = (measured or {}).get(out.job_id)
+        points = schedule_points(result, spec, start_ms) + list(() if m is None else m.series)
         final = {"rescales": float(out.rescales)}
         if out.jct_s is not None:
             final["jct_s"] = out.jct_s
@@ -177,7 +211,8 @@ def record_run(
             final["queue_delay_s"] = out.start_s - out.arrival_s
         # Measured end values under final_*: "loss" is also the per-step series, and a final
         # value logged into it (at a step that was really a time) would bend its curve.
-        final.update({f"final_{k}": float(v) for k, v in (measured_final or {}).get(out.job_id, {}).items()})
+        if m is not None:
+            final.update({f"final_{k}": float(v) for k, v in m.final_values().items()})
         ended_ms = start_ms + int((out.finish_s if out.finish_s is not None else result.end_time) * 1000)
         points += [MetricPoint(k, v, 0, ended_ms) for k, v in final.items()]
         tracker.log_metrics(run, points)

@@ -1,7 +1,8 @@
 """The ``retrain`` flow: one job, from the CLI or a schedule.
 
-profile (cached by model + hardware) -> plan against the GPU workers available now ->
-elastic training on them -> metrics, the final evaluation and the trained model in MLflow.
+profile on a GPU worker (cached by model + that worker's hardware) -> plan against the GPU
+workers available now -> elastic training on them -> metrics, the final evaluation and the
+trained model in MLflow.
 """
 
 from __future__ import annotations
@@ -19,15 +20,17 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from allocator.types import JobSpec, Share
-from deploy.clusters import KubeSpec, connect, gpu_workers
+from deploy.clusters import KubeSpec, connect
+from elastic_tasks.cluster import gpu_workers
 from elastic_tasks.cluster import WorkerPool
-from elastic_tasks.coordinator import JobCoordinator, JobResult
+from elastic_tasks.coordinator import JobCoordinator
+from elastic_tasks.outcomes import JobResult
 from elastic_tasks.protocol import TrainConfig
 from elastic_tasks.recipe import load_entry_point
 from elastic_tasks.state import read_checkpoint
 from flows.flow_artifacts import artifact_key
 from flows.plan_flow import plan_jobs
-from flows.profile_flow import profile_flow
+from flows.profile_flow import profile_flow, profile_on_workers
 from flows.run_guard import RunGuard
 from flows.service_tasks import live_service
 from flows.settings import Settings, load_settings
@@ -142,17 +145,21 @@ def retrain_flow(
         raise ValueError(f"epochs={epochs!r}: must be > 0")
     recipe = load_entry_point(entrypoint)
     job_id = job_name or recipe.name
-    profile = profile_flow(entrypoint, batch_sizes=profile_batches or [8, 16, 32, 64])
+    batches = profile_batches or [8, 16, 32, 64]
     tracker = tracker_from_settings(settings)
     total = max(1, int(round(epochs * len(recipe.dataset))))  # type: ignore[arg-type]
     store_url = live_service(settings)
     if store_url is not None:
         # A team's scheduler runs: the job shares its cluster instead of taking the workers free now.
+        # Its workers are busy training, so the profile is this machine's (as its ranks would run);
+        # the service refits the model from the job's own steps as it trains.
+        profile = profile_flow(entrypoint, batch_sizes=batches)
         spec = JobSpec(id=job_id, workload=entrypoint, total_samples=total, min_batch=min_batch, max_batch=max_batch, max_gpus=settings.workers, profile=profile)
         return _retrain_through_service(store_url, spec, tracker, timeout_s, epochs)
     # The guard ends the run FAILED/KILLED if training raises or is interrupted (never left RUNNING).
     with RunGuard(tracker) as guard, connect(settings.cluster.value, workers=settings.workers, address=settings.scheduler_address, kube=_kube(settings, settings.workers)) as client:
         available = wait_for_workers(client, 1 if settings.cluster.value != "local" else settings.workers)
+        profile = profile_on_workers(client, entrypoint, batch_sizes=batches)  # where the ranks will run
         spec = JobSpec(id=job_id, workload=entrypoint, total_samples=total, min_batch=min_batch, max_batch=max_batch, max_gpus=len(available), profile=profile)
         plan = plan_jobs([spec], len(available), settings.policy)
         share = plan.jobs[0].share

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
@@ -20,6 +21,9 @@ from service.client import ServiceClient
 from service.lease import Lease
 from service.records import JobRow
 from service.store import JobStore, StoreError
+
+if TYPE_CHECKING:
+    from service.embedded import EmbeddedService
 
 
 def live_service(settings: Settings) -> str | None:
@@ -44,10 +48,11 @@ def _task_key(prefix: str) -> str:
 
 
 @task(name="submit-job", retries=3, retry_delay_seconds=2, cache_policy=NO_CACHE)
-def submit_job(store_url: str, spec: JobSpec, submitter: str = "prefect") -> str:
+def submit_job(store_url: str, spec: JobSpec, submitter: str = "prefect", mlflow_parent_run_id: str | None = None) -> str:
     """Submit one job to the service; a retry of this task run returns the same job id."""
     client = ServiceClient(store_url, submitter=submitter)
-    return client.submit_specs([spec], key_prefix=_task_key("prefect"))[0].job_id
+    key = f"{_task_key('prefect')}:{spec.id}"
+    return client.submit_spec(spec, idempotency_key=key, mlflow_parent_run_id=mlflow_parent_run_id).job_id
 
 
 @task(name="wait-for-jobs", cache_policy=NO_CACHE)
@@ -65,3 +70,50 @@ def submit_at_arrivals(store_url: str, specs: Sequence[JobSpec], submitter: str)
             time.sleep(delay)
         ids[spec.id] = submit_job(store_url, spec, submitter)
     return ids
+
+
+class JobSession(Protocol):
+    """What a flow that submits and waits needs of a scheduler service, running or embedded."""
+
+    def submit(self, spec: JobSpec, mlflow_parent_run_id: str | None = None) -> str: ...
+
+    def wait(self, job_ids: Sequence[str], timeout_s: float | None = None) -> list[JobRow]: ...
+
+    def cancel(self, job_ids: Sequence[str]) -> None: ...
+
+
+class LiveSession:
+    """A team's running service: submissions through the ``submit-job`` task (retried, idempotent)."""
+
+    def __init__(self, store_url: str, submitter: str) -> None:
+        self.store_url, self.submitter = store_url, submitter
+        self.client = ServiceClient(store_url, submitter=submitter)
+
+    def submit(self, spec: JobSpec, mlflow_parent_run_id: str | None = None) -> str:
+        return submit_job(self.store_url, spec, self.submitter, mlflow_parent_run_id)
+
+    def wait(self, job_ids: Sequence[str], timeout_s: float | None = None) -> list[JobRow]:
+        return self.client.wait(list(job_ids), timeout_s)
+
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        for job_id in job_ids:
+            self.client.cancel(job_id)
+
+
+class EmbeddedSession:
+    """A service for this run only; ``key_prefix`` (unique per run) + the job's name keys each submission."""
+
+    def __init__(self, service: EmbeddedService, key_prefix: str) -> None:
+        self.service, self.key_prefix = service, key_prefix
+
+    def submit(self, spec: JobSpec, mlflow_parent_run_id: str | None = None) -> str:
+        job_id = self.service.jobs.submit_spec(spec, idempotency_key=f"{self.key_prefix}:{spec.id}", mlflow_parent_run_id=mlflow_parent_run_id).job_id
+        self.service.names[job_id] = spec.id
+        return job_id
+
+    def wait(self, job_ids: Sequence[str], timeout_s: float | None = None) -> list[JobRow]:
+        return self.service.wait(job_ids, timeout_s=timeout_s)
+
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        for job_id in job_ids:
+            self.service.jobs.cancel(job_id)

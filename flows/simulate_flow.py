@@ -17,6 +17,7 @@ from allocator.admission import OverflowMode
 from allocator.loop import LoopResult, LoopSettings
 from allocator.policies import make_policy
 from allocator.simulator import RescaleCost, simulate
+from allocator.specs import JobsFile
 from allocator.types import JobSpec
 from flows.flow_artifacts import publish_results, summary_markdown
 from flows.jobfile import load_jobs_file
@@ -64,14 +65,17 @@ def simulate_flow(
     in_place_cost_s: float = 1.0,
     run_name: str | None = None,
     start_cost_s: float = 0.0,
+    parsed: JobsFile | None = None,
 ) -> SimulateOutcome:
     """Simulate ``jobs_file`` under a policy and record it in MLflow (parent + nested runs).
 
     ``in_place_cost_s`` / ``start_cost_s``: seconds of progress a job loses per in-place rescale
     and once when it starts (rank launch, rendezvous, final evaluation of a real run).
+    ``parsed``: ``jobs_file`` as the caller already read it (the CLI validates it first), so a
+    command parses it once.
     """
     settings = load_settings(policy=policy, interval_s=interval_s, overflow=overflow)
-    jobs, file_gpus, file_policy = load_jobs(jobs_file)
+    jobs, file_gpus, file_policy = load_jobs(jobs_file) if parsed is None else (parsed.jobs, parsed.gpus, parsed.policy)
     capacity = gpus or file_gpus or settings.workers
     chosen = policy or file_policy or settings.policy
     loop_settings = LoopSettings(interval_s=settings.interval_s, overflow=OverflowMode(settings.overflow), react_to_events=react)

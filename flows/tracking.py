@@ -19,7 +19,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import requests
@@ -27,7 +27,9 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
+from flows.journal import CreateRun, JournalOp, LogArtifact, LogBatch, RunRefs, Terminate, from_json, to_json
 from flows.local_state import DamagedStateError, check_sqlite
+from service.tracking import ensure_experiment
 
 PARENT_TAG = "mlflow.parentRunId"
 OFFLINE_PREFIX = "offline-"
@@ -146,33 +148,32 @@ class Tracker:
     ) -> str:
         """A run id (or, while offline, a local reference that later maps to one)."""
         ref = OFFLINE_PREFIX + uuid.uuid4().hex
-        op = {"op": "create_run", "ref": ref, "name": name, "parent": parent, "tags": dict(tags or {})}
-        created = self._call(op)
+        created = self._call(CreateRun(ref, name, parent, tuple((str(k), str(v)) for k, v in (tags or {}).items())))
         run = created if isinstance(created, str) else ref
         if params:
             self.log_params(run, params)
         return run
 
     def log_params(self, run: str, params: Mapping[str, object]) -> None:
-        items = [[str(k), str(v)] for k, v in params.items()]
+        items = tuple((str(k), str(v)) for k, v in params.items())
         for i in range(0, len(items), _MAX_PARAMS):
-            self._call({"op": "log_batch", "run": run, "params": items[i : i + _MAX_PARAMS]})
+            self._call(LogBatch(run, params=items[i : i + _MAX_PARAMS]))
 
     def set_tags(self, run: str, tags: Mapping[str, object]) -> None:
-        self._call({"op": "log_batch", "run": run, "tags": [[str(k), str(v)] for k, v in tags.items()]})
+        self._call(LogBatch(run, tags=tuple((str(k), str(v)) for k, v in tags.items())))
 
     def log_metrics(self, run: str, points: Iterable[MetricPoint]) -> None:
         now = int(time.time() * 1000)
-        items = [[p.key, float(p.value), p.timestamp_ms if p.timestamp_ms is not None else now, int(p.step)] for p in points]
+        items = tuple((p.key, float(p.value), p.timestamp_ms if p.timestamp_ms is not None else now, int(p.step)) for p in points)
         for i in range(0, len(items), _MAX_METRICS):
-            self._call({"op": "log_batch", "run": run, "metrics": items[i : i + _MAX_METRICS]})
+            self._call(LogBatch(run, metrics=items[i : i + _MAX_METRICS]))
 
     def log_artifact(self, run: str, local_path: Path | str, artifact_path: str | None = None) -> None:
-        self._call({"op": "artifact", "run": run, "path": str(Path(local_path).resolve()), "artifact_path": artifact_path})
+        self._call(LogArtifact(run, str(Path(local_path).resolve()), artifact_path))
 
     def log_artifacts(self, run: str, local_dir: Path | str, artifact_path: str | None = None) -> None:
         """A whole directory (e.g. an MLflow model) under ``artifact_path``."""
-        self._call({"op": "artifacts", "run": run, "path": str(Path(local_dir).resolve()), "artifact_path": artifact_path})
+        self._call(LogArtifact(run, str(Path(local_dir).resolve()), artifact_path, directory=True))
 
     def log_text(self, run: str, text: str, name: str, artifact_path: str | None = None) -> None:
         with tempfile.TemporaryDirectory() as tmp:
@@ -184,31 +185,41 @@ class Tracker:
         self.log_artifact(run, png, "figures")
 
     def end_run(self, run: str, status: str = "FINISHED") -> None:
-        self._call({"op": "terminate", "run": run, "status": status})
+        self._call(Terminate(run, status))
 
     def run_id(self, run: str) -> str | None:
         """The server's id for ``run`` (None while it exists only in the journal)."""
         return self._refs.get(run) if run.startswith(OFFLINE_PREFIX) else run
+
+    def metric_history(self, run_id: str, key: str) -> list[tuple[int, float]]:
+        """(step, value) of a metric another writer logged (e.g. a service's job run), in step
+        order; empty when MLflow cannot be read now (a view, never worth failing a flow for)."""
+        if self.offline:
+            return []
+        try:
+            history = self._connect().get_metric_history(run_id, key)
+        except Exception:  # noqa: BLE001 - see the docstring
+            return []
+        return sorted((m.step, m.value) for m in history)
 
     def flush(self) -> bool:
         """Replay the journal now; True when nothing is left waiting."""
         self._last_try = time.monotonic()
         if not self.offline:
             return True
-        lines = self._read_journal()
-        ops = []
-        for op in lines:
-            if op["op"] == "refs":
-                self._refs.update(op["map"])
+        ops: list[JournalOp] = []
+        for record in self._read_journal():
+            if isinstance(record, RunRefs):
+                self._refs.update(record.pairs)
             else:
-                ops.append(op)
+                ops.append(record)
         for i, op in enumerate(ops):
             try:
                 self._send(op)
             except Exception as exc:
                 if not (_refused(exc) or unavailable(exc)):
                     raise
-                self._rewrite([{"op": "refs", "map": self._refs}, *ops[i:]])
+                self._rewrite([RunRefs(tuple(self._refs.items())), *ops[i:]])
                 return False
         self.buffer_path.unlink(missing_ok=True)
         shutil.rmtree(self._artifact_dir(), ignore_errors=True)
@@ -218,7 +229,7 @@ class Tracker:
 
     # ---- internals --------------------------------------------------------------------------
 
-    def _call(self, op: dict) -> object:
+    def _call(self, op: JournalOp) -> object:
         if self.offline and time.monotonic() - self._last_try >= self._retry_every_s:
             self.flush()
         if not self.offline:
@@ -267,20 +278,18 @@ class Tracker:
             self._notify(f"{self._damaged}. Tracking calls are kept in {self.buffer_path} until then.")
             self._told = True
 
-    def _read_journal(self) -> list[dict]:
-        """The journal's records; a torn line (a write cut short by a crash) is skipped, the rest kept."""
+    def _read_journal(self) -> list[JournalOp | RunRefs]:
+        """The journal's records; a torn or unreadable line (a write cut short by a crash) is skipped, the rest kept."""
         ops, torn = [], 0
         for line in self.buffer_path.read_text(encoding="utf-8", errors="replace").splitlines():
             if not line.strip():
                 continue
             try:
-                op = json.loads(line)
-            except json.JSONDecodeError:
-                torn += 1
-                continue
-            if isinstance(op, dict) and "op" in op:
-                ops.append(op)
-            else:
+                data = json.loads(line)
+                if not isinstance(data, dict):
+                    raise ValueError("not a record")
+                ops.append(from_json(data))
+            except ValueError:  # JSONDecodeError is one
                 torn += 1
         if torn:
             self._notify(f"{self.buffer_path}: skipped {torn} damaged line(s) (a write cut short); {len(ops)} buffered call(s) kept.")
@@ -288,11 +297,7 @@ class Tracker:
 
     def _experiment(self) -> str:
         if self._experiment_id is None:
-            client = self._connect()
-            found = client.get_experiment_by_name(self.experiment)
-            self._experiment_id = (
-                found.experiment_id if found is not None else client.create_experiment(self.experiment, artifact_location=self.artifact_location)
-            )
+            self._experiment_id = ensure_experiment(self._connect(), self.experiment, self.artifact_location)
         return self._experiment_id
 
     def _resolve(self, ref: str | None) -> str | None:
@@ -302,58 +307,58 @@ class Tracker:
             raise ConnectionError(f"run {ref} not created yet")  # its create_run is still waiting
         return self._refs[ref]
 
-    def _send(self, op: dict) -> object:
-        kind = op["op"]
+    def _send(self, op: JournalOp) -> object:
         client = self._connect()
-        if kind == "create_run":
-            tags = dict(op["tags"])
-            parent = self._resolve(op["parent"])
+        if isinstance(op, CreateRun):
+            tags = dict(op.tags)
+            parent = self._resolve(op.parent)
             if parent is not None:
                 tags[PARENT_TAG] = parent
-            run = client.create_run(self._experiment(), run_name=op["name"], tags=tags)
-            self._refs[op["ref"]] = run.info.run_id
+            run = client.create_run(self._experiment(), run_name=op.name, tags=tags)
+            self._refs[op.ref] = run.info.run_id
             return run.info.run_id
-        run_id = self._resolve(op["run"])
+        run_id = self._resolve(op.run)
         assert run_id is not None
-        if kind == "log_batch":
+        if isinstance(op, LogBatch):
             client.log_batch(
                 run_id,
-                metrics=[Metric(k, v, ts, step) for k, v, ts, step in op.get("metrics", ())],
-                params=[Param(k, v) for k, v in op.get("params", ())],
-                tags=[RunTag(k, v) for k, v in op.get("tags", ())],
+                metrics=[Metric(k, v, ts, step) for k, v, ts, step in op.metrics],
+                params=[Param(k, v) for k, v in op.params],
+                tags=[RunTag(k, v) for k, v in op.tags],
             )
-        elif kind == "artifact":
-            client.log_artifact(run_id, op["path"], op.get("artifact_path"))
-        elif kind == "artifacts":
-            client.log_artifacts(run_id, op["path"], op.get("artifact_path"))
-        elif kind == "terminate":
-            client.set_terminated(run_id, op["status"])
+        elif isinstance(op, LogArtifact):
+            if op.directory:
+                client.log_artifacts(run_id, op.path, op.artifact_path)
+            else:
+                client.log_artifact(run_id, op.path, op.artifact_path)
+        elif isinstance(op, Terminate):
+            client.set_terminated(run_id, op.status)
         else:
-            raise ValueError(f"journal op={kind!r}: unknown")
+            raise ValueError(f"journal op={op!r}: unknown")
         return None
 
     def _artifact_dir(self) -> Path:
         return self.buffer_path.with_name(self.buffer_path.name + ".artifacts")
 
-    def _append(self, op: dict) -> None:
-        if op["op"] in ("artifact", "artifacts"):
+    def _append(self, op: JournalOp) -> None:
+        if isinstance(op, LogArtifact):
             # The original may be temporary; keep a copy until the server has it.
-            dest = self._artifact_dir() / uuid.uuid4().hex / Path(op["path"]).name
+            dest = self._artifact_dir() / uuid.uuid4().hex / Path(op.path).name
             dest.parent.mkdir(parents=True, exist_ok=True)
-            if op["op"] == "artifact":
-                shutil.copy2(op["path"], dest)
+            if op.directory:
+                shutil.copytree(op.path, dest)
             else:
-                shutil.copytree(op["path"], dest)
-            op = {**op, "path": str(dest)}
+                shutil.copy2(op.path, dest)
+            op = replace(op, path=str(dest))
         self.buffer_path.parent.mkdir(parents=True, exist_ok=True)
         with self.buffer_path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(op) + "\n")
+            f.write(to_json(op) + "\n")
 
-    def _rewrite(self, ops: Sequence[dict]) -> None:
+    def _rewrite(self, records: Sequence[JournalOp | RunRefs]) -> None:
         fd, tmp = tempfile.mkstemp(dir=self.buffer_path.parent, prefix=".buffer-", suffix=".jsonl")
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for op in ops:
-                f.write(json.dumps(op) + "\n")
+            for record in records:
+                f.write(to_json(record) + "\n")
         os.replace(tmp, self.buffer_path)
 
 

@@ -44,6 +44,10 @@ class ServiceClient:
         ]
         return self.store.submit_many(subs)
 
+    def submit_spec(self, spec: JobSpec, *, name: str | None = None, idempotency_key: str | None = None, mlflow_parent_run_id: str | None = None) -> Submitted:
+        """One validated JobSpec; ``mlflow_parent_run_id`` nests the job's MLflow run under that run."""
+        return self.store.submit(Submission(name or spec.id, entry_from_spec(spec), self.submitter, idempotency_key, mlflow_parent_run_id))
+
     def job(self, job_id: str) -> JobRow:
         return self.store.job(job_id)
 

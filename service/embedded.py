@@ -13,7 +13,7 @@ from distributed import Client
 
 from allocator.loop import LoopResult, StepReport
 from allocator.types import JobSpec
-from elastic_tasks.coordinator import JobResult
+from elastic_tasks.outcomes import JobResult
 from service.client import ServiceClient
 from service.records import JobRow
 from service.runner import Service, ServiceConfig
@@ -83,13 +83,18 @@ class EmbeddedService:
             self.names[ids[spec.id]] = spec.id
         return ids
 
-    def wait(self, job_ids: Sequence[str], poll_s: float = 0.2) -> list[JobRow]:
+    def wait(self, job_ids: Sequence[str], poll_s: float = 0.2, timeout_s: float | None = None) -> list[JobRow]:
+        """Until every job is terminal; TimeoutError naming the rest after ``timeout_s``."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             self._check()
             self._pump()
             rows = self.jobs.jobs(ids=job_ids)
             if all(r.state.terminal for r in rows):
                 return rows
+            if deadline is not None and time.monotonic() > deadline:
+                left = [r.id for r in rows if not r.state.terminal]
+                raise TimeoutError(f"jobs {', '.join(left)} not done within {timeout_s:g} s")
             time.sleep(poll_s)
 
     def _pump(self) -> None:

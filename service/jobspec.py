@@ -31,6 +31,8 @@ def entry_from_spec(spec: JobSpec) -> dict:
         entry["fixed_batch"] = spec.fixed_batch
     if spec.deadline is not None:
         entry["deadline_s"] = spec.deadline
+    if spec.seed is not None:
+        entry["seed"] = spec.seed
     return entry
 
 

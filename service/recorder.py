@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from allocator.loop import JobPhase, JobTransition, StepReport
 from service import schema
 from service.records import RESUMABLE, AllocationRow, JobState
 from service.store import JobStore
 from service.tracking import ServiceTracking
+
+if TYPE_CHECKING:
+    from elastic_tasks.outcomes import JobResult
 
 _STATE = {
     JobPhase.QUEUED: JobState.QUEUED,
@@ -24,7 +28,7 @@ _MLFLOW_END = {JobPhase.FINISHED: "FINISHED", JobPhase.FAILED: "FAILED", JobPhas
 
 
 class StoreRecorder:
-    """``on_job`` and ``observer`` for ``run_loop``; ``board_of``/``status_of`` read the executor's jobs."""
+    """``on_job`` and ``observer`` for ``run_loop``; ``board_of``/``result_of`` read the executor's jobs."""
 
     def __init__(
         self,
@@ -33,8 +37,10 @@ class StoreRecorder:
         checkpoint_dir_of: Callable[[str], str],
         board_of: Callable[[str], str | None],
         say: Callable[[str], None],
+        result_of: Callable[[str], JobResult | None] = lambda _job: None,
     ) -> None:
         self.store, self.tracking, self.checkpoint_dir_of, self.board_of, self.say = store, tracking, checkpoint_dir_of, board_of, say
+        self.result_of = result_of
 
     def on_job(self, t: JobTransition) -> None:
         state = _STATE[t.phase]
@@ -43,7 +49,7 @@ class StoreRecorder:
             return
         if t.phase is JobPhase.RUNNING:
             row = self.store.job(t.job_id)
-            run_id = self.tracking.job_run(t.job_id, row.name, row.mlflow_run_id, {**row.spec, "submitter": row.submitter})
+            run_id = self.tracking.job_run(t.job_id, row.name, row.mlflow_run_id, {**row.spec, "submitter": row.submitter}, parent=row.mlflow_parent_run_id)
             self.store.set_state(
                 t.job_id, state, only_from=RESUMABLE, attempts=schema.jobs.c.attempts + 1,
                 checkpoint_dir=self.checkpoint_dir_of(t.job_id), mlflow_run_id=run_id or row.mlflow_run_id, error=None,
@@ -55,6 +61,10 @@ class StoreRecorder:
             fields["error"] = t.detail
         if t.phase is JobPhase.FINISHED:
             fields["samples_done"] = schema.jobs.c.total_samples
+            result = self.result_of(t.job_id)
+            if result is not None:
+                # What a client ranks or compares jobs by (an HPO stage keeps its best trials).
+                fields.update(steps=result.steps, first_loss=result.history[0].loss if result.history else None, final_loss=result.final_loss, eval_loss=result.eval_loss)
         self.store.set_state(t.job_id, state, **fields)
         self.tracking.job_ended(t.job_id, _MLFLOW_END[t.phase])
         self.say(f"{t.job_id} {state.value}" + (f": {t.detail}" if t.detail else ""))

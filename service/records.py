@@ -34,6 +34,7 @@ class Submission:
     entry: dict
     submitter: str
     idempotency_key: str | None = None
+    mlflow_parent_run_id: str | None = None  # the service nests the job's MLflow run under this one
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +65,12 @@ class JobRow:
     total_samples: int
     attempts: int
     cancel_requested: bool
+    # Measured when the job finished (None before, or when the trainer reported none).
+    steps: int | None = None
+    first_loss: float | None = None
+    final_loss: float | None = None
+    eval_loss: float | None = None
+    mlflow_parent_run_id: str | None = None
 
     @property
     def progress(self) -> float:

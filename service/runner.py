@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from distributed import Client
 
 from allocator.admission import OverflowMode
+from allocator.goodput import NoiseModel
 from allocator.loop import LoopResult, LoopSettings, StepReport, run_loop
 from allocator.policies import make_policy
 from elastic_tasks.cluster import gpu_workers, warm_up_trainer
-from elastic_tasks.entrypoints import resolve_workload
+from elastic_tasks.recipe import resolve_workload
 from elastic_tasks.executor import DaskExecutor, JobSettings, WallClock
 from service.feed import StoreFeed
 from service.fence import fence
@@ -124,8 +125,16 @@ class Service:
             clock = WallClock()
             self.started_ms = int(time.time() * 1000)  # the loop's t = 0 as a timestamp
             settings = JobSettings(timeout_s=cfg.collective_timeout_s, checkpoint_root=cfg.checkpoint_root, checkpoint_every=cfg.checkpoint_every, poll_s=cfg.poll_s)
-            executor = self.executor = DaskExecutor(self.client, lambda spec: resolve_workload(spec.workload, spec.id), settings, clock=clock)
-            recorder = StoreRecorder(self.store, tracking, self.checkpoint_dir, lambda j: executor.jobs[j].board_id if j in executor.jobs else None, self.say)
+            policy = make_policy(cfg.policy)
+            # A goodput policy counts work in base-batch-equivalent samples: the executor counts the same way.
+            noise_model = policy if isinstance(policy, NoiseModel) else None
+            executor = self.executor = DaskExecutor(
+                self.client, lambda spec: resolve_workload(spec.workload, spec.id), settings, clock=clock, noise_model=noise_model
+            )
+            recorder = StoreRecorder(
+                self.store, tracking, self.checkpoint_dir, lambda j: executor.jobs[j].board_id if j in executor.jobs else None, self.say,
+                result_of=executor.results.get,
+            )  # fmt: skip
             tracking.service_started({"policy": cfg.policy, "interval_s": str(cfg.interval_s), "scheduler": self.client.scheduler.address})
             heartbeat = _Heartbeat(self.store, executor, tracking, self.client, cfg.progress_s)
             feed = StoreFeed(self.store, self.stopping, cfg.poll_s, resume, on_poll=heartbeat)
@@ -134,7 +143,7 @@ class Service:
             loop_settings = LoopSettings(interval_s=cfg.interval_s, overflow=cfg.overflow, strict_fifo=cfg.strict_fifo, react_to_events=cfg.react)
             self.say(f"serving {redact(self.store.url)} with {cfg.policy} on {len(gpu_workers(self.client))} GPU worker(s)")
             self.result = run_loop(
-                feed, make_policy(cfg.policy), lambda: len(gpu_workers(self.client)), clock, executor, loop_settings,
+                feed, policy, lambda: len(gpu_workers(self.client)), clock, executor, loop_settings,
                 observer=recorder.observer if observer is None else _both(recorder.observer, observer), on_job=recorder.on_job,
             )  # fmt: skip
             saved = executor.suspend_all()
@@ -185,7 +194,8 @@ class _Heartbeat:
             busy += len(job.members)
             status = job.status()
             if status is not None:
-                progress[job_id] = float(status.samples_seen)
+                # In the unit of the job's total_samples (base-batch-equivalent under a goodput policy).
+                progress[job_id] = self.executor.progress(job_id, self.executor.clock.now())
                 self.tracking.metrics(job_id, {"loss": status.loss, "samples_seen": status.samples_seen, "world_size": status.world_size}, step=status.step)
         self.store.record_progress(progress)
         self.tracking.metrics(None, {"gpus_alive": len(gpu_workers(self.client)), "gpus_busy": busy})

@@ -2,14 +2,15 @@
 
 ``SCHEMA_VERSION`` is written into ``malleable_meta`` when a store is created; a store of
 another version is refused with a clear error rather than read or written (no silent
-corruption). Bump it with any change to these tables.
+corruption). Bump it with any change to these tables, and list the columns a version added in
+``ADDED_COLUMNS`` so that ``JobStore`` upgrades an older store in place (new columns are nullable).
 """
 
 from __future__ import annotations
 
 from sqlalchemy import Boolean, Column, Float, Index, Integer, MetaData, String, Table, Text
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 metadata = MetaData()
 
@@ -45,6 +46,12 @@ jobs = Table(
     Column("samples_done", Float, nullable=False, default=0.0),
     Column("total_samples", Integer, nullable=False),
     Column("attempts", Integer, nullable=False, default=0),
+    # v2: what a finished job measured (HPO ranks trials by them) and the MLflow run to nest under.
+    Column("steps", Integer),
+    Column("first_loss", Float),
+    Column("final_loss", Float),
+    Column("eval_loss", Float),
+    Column("mlflow_parent_run_id", String(64)),
 )
 Index("malleable_jobs_cancel", jobs.c.cancel_requested, jobs.c.cancel_seen)
 
@@ -58,6 +65,9 @@ allocations = Table(
     Column("batch", Integer, nullable=False),
     Column("kind", String(16), nullable=False),
 )
+
+# version -> the jobs columns it added (upgrading from version - 1)
+ADDED_COLUMNS: dict[int, tuple[str, ...]] = {2: ("steps", "first_loss", "final_loss", "eval_loss", "mlflow_parent_run_id")}
 
 lease = Table(
     "malleable_lease",

@@ -75,7 +75,8 @@ def _row(r) -> JobRow:
         submitted_at=r.submitted_at, started_at=r.started_at, finished_at=r.finished_at, updated_at=r.updated_at,
         error=r.error, checkpoint_dir=r.checkpoint_dir, mlflow_run_id=r.mlflow_run_id, board_id=r.board_id,
         gpus=r.gpus, batch=r.batch, samples_done=r.samples_done, total_samples=r.total_samples, attempts=r.attempts,
-        cancel_requested=r.cancel_requested,
+        cancel_requested=r.cancel_requested, steps=r.steps, first_loss=r.first_loss, final_loss=r.final_loss,
+        eval_loss=r.eval_loss, mlflow_parent_run_id=r.mlflow_parent_run_id,
     )  # fmt: skip
 
 
@@ -116,11 +117,33 @@ class JobStore:
                 pass  # another process created it at the same moment
         with self.engine.connect() as conn:
             found = conn.execute(select(schema.meta.c.value).where(schema.meta.c.key == "schema_version")).scalar()
+        if found is not None and found.isdigit() and 1 <= int(found) < schema.SCHEMA_VERSION:
+            found = self._upgrade(int(found))
         if found != str(schema.SCHEMA_VERSION):
             raise StoreVersionError(
                 f"job store {redact(self.url)!r} has schema version {found}, this malleable uses {schema.SCHEMA_VERSION}: "
                 "use a store made by this version (MALLEABLE_JOB_STORE) or the malleable that made it"
             )
+
+    def _upgrade(self, version: int) -> str:
+        """An older store, upgraded in place: the columns each later version added (nullable, so
+        every row stays valid), and the version, in one transaction."""
+        with self.engine.begin() as conn:
+            # Another process may have upgraded it meanwhile: re-read under the transaction.
+            current = int(conn.execute(select(schema.meta.c.value).where(schema.meta.c.key == "schema_version")).scalar())
+            have = {c["name"] for c in inspect(conn).get_columns(schema.jobs.name)}
+            for v in range(current + 1, schema.SCHEMA_VERSION + 1):
+                for name in schema.ADDED_COLUMNS.get(v, ()):
+                    if name in have:
+                        continue
+                    column = schema.jobs.c[name]
+                    kind = column.type.compile(dialect=conn.dialect)
+                    # PostgreSQL: a second process upgrading at the same moment waits on the table
+                    # lock, then finds the column there.
+                    exists = " IF NOT EXISTS" if conn.dialect.name == "postgresql" else ""
+                    conn.exec_driver_sql(f"ALTER TABLE {schema.jobs.name} ADD COLUMN{exists} {name} {kind}")
+            conn.execute(update(schema.meta).where(schema.meta.c.key == "schema_version").values(value=str(schema.SCHEMA_VERSION)))
+        return str(schema.SCHEMA_VERSION)
 
     # -- clients ---------------------------------------------------------------------------------
 
@@ -144,6 +167,7 @@ class JobStore:
             id=job_id, name=sub.name, submitter=sub.submitter, idempotency_key=sub.idempotency_key, spec=json.dumps(sub.entry),
             state=JobState.QUEUED.value, submitted_at=now, updated_at=now, total_samples=int(sub.entry["samples"]),
             cancel_requested=False, cancel_seen=False, gpus=0, batch=0, samples_done=0.0, attempts=0,
+            mlflow_parent_run_id=sub.mlflow_parent_run_id,
         )  # fmt: skip
         try:
             with self.engine.begin() as conn:

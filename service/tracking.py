@@ -14,6 +14,24 @@ from collections.abc import Callable
 log = logging.getLogger(__name__)
 
 
+def ensure_experiment(client: object, name: str, artifact_location: str | None = None) -> str:
+    """The experiment's id, creating it if missing. Two writers starting at once (a flow and the
+    service it submits to, two submitters) both find it missing; the loser of the create reads
+    the winner's instead of failing."""
+    from mlflow.exceptions import MlflowException
+
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        return found.experiment_id
+    try:
+        return client.create_experiment(name, artifact_location=artifact_location)
+    except MlflowException:
+        found = client.get_experiment_by_name(name)
+        if found is None:
+            raise
+        return found.experiment_id
+
+
 class ServiceTracking:
     def __init__(self, tracking_uri: str | None, experiment: str = "malleable", warn: Callable[[str], None] | None = None) -> None:
         self._client = None
@@ -27,8 +45,7 @@ class ServiceTracking:
             from mlflow.tracking import MlflowClient
 
             self._client = MlflowClient(tracking_uri)
-            found = self._client.get_experiment_by_name(experiment)
-            self._experiment_id = found.experiment_id if found else self._client.create_experiment(experiment)
+            self._experiment_id = ensure_experiment(self._client, experiment)
         except Exception as exc:  # noqa: BLE001 - see the module docstring
             self._off(exc)
 
@@ -58,8 +75,9 @@ class ServiceTracking:
 
         self._call(go)
 
-    def job_run(self, job_id: str, name: str, existing: str | None, params: dict[str, object]) -> str | None:
-        """The job's run: its earlier one when it resumes, else a new one."""
+    def job_run(self, job_id: str, name: str, existing: str | None, params: dict[str, object], parent: str | None = None) -> str | None:
+        """The job's run: its earlier one when it resumes, else a new one (nested under ``parent``,
+        e.g. the HPO trial that submitted it)."""
 
         def go() -> str:
             from mlflow.entities import Param
@@ -68,7 +86,10 @@ class ServiceTracking:
                 self._client.update_run(existing, status="RUNNING")
                 run_id = existing
             else:
-                run = self._client.create_run(self._experiment_id, run_name=f"{name}-{job_id}", tags={"malleable.kind": "service-job", "malleable.job_id": job_id})
+                tags = {"malleable.kind": "service-job", "malleable.job_id": job_id}
+                if parent:
+                    tags["mlflow.parentRunId"] = parent
+                run = self._client.create_run(self._experiment_id, run_name=f"{name}-{job_id}", tags=tags)
                 run_id = run.info.run_id
                 self._client.log_batch(run_id, params=[Param(k, str(v)[:500]) for k, v in params.items()])
             self._runs[job_id] = run_id
@@ -76,7 +97,8 @@ class ServiceTracking:
 
         return self._call(go)  # type: ignore[return-value]
 
-    def metrics(self, job_id: str | None, values: dict[str, float], step: int = 0) -> None:
+    def metrics(self, job_id: str | None, values: dict[str, float | None], step: int = 0) -> None:
+        """Log ``values``; one that is None (never measured) or NaN is left out, not logged as a number."""
         run_id = self._service_run if job_id is None else self._runs.get(job_id)
         if run_id is None:
             return
@@ -85,7 +107,7 @@ class ServiceTracking:
             from mlflow.entities import Metric
 
             now = int(time.time() * 1000)
-            self._client.log_batch(run_id, metrics=[Metric(k, float(v), now, step) for k, v in values.items() if v == v])
+            self._client.log_batch(run_id, metrics=[Metric(k, float(v), now, step) for k, v in values.items() if v is not None and v == v])
 
         self._call(go)
 

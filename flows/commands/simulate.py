@@ -24,7 +24,7 @@ from allocator.simulator.experiments import EXPERIMENTS, SEED000_INTERVAL_S, Out
 from allocator.types import JobSpec
 from allocator.workloads.seed000 import load_category_profiles
 from allocator.workloads.trace import TraceError, read_trace
-from flows.cmd_idle_nodes import idle_nodes_command
+from flows.idle_replay import replay_idle_nodes
 from flows.console import EXIT_FAILED, console, fail
 from flows.jobfile import load_jobs_file
 from flows.paths import check_output_dir, read_text_file
@@ -32,7 +32,7 @@ from flows.paths import check_output_dir, read_text_file
 # matplotlib (flows.plots) is imported where a plot is drawn: `--no-plots` and bad input never
 # pay for it.
 
-DEFAULT_PROFILES = Path(__file__).resolve().parents[1] / "examples" / "profiles"
+DEFAULT_PROFILES = Path(__file__).resolve().parents[2] / "examples" / "profiles"
 # One default for the CLI and the loop (re-allocate on every arrival and completion too; the
 # loop's queue discipline): the CLI reads them from LoopSettings rather than restating them.
 DEFAULT_LOOP = LoopSettings()
@@ -262,7 +262,7 @@ def simulate_command(
     """
     idle = [name for name in policy or [] if name.startswith("idle_nodes")]
     if idle and len(idle) == len(policy or []) and experiment is None:
-        idle_nodes_command(trace=workload, policy=policy, as_json=False)
+        replay_idle_nodes(trace=workload, policy=policy, as_json=False)
         return
     if idle:
         others = [name for name in policy or [] if name not in idle]

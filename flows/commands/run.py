@@ -6,37 +6,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from allocator.policies import UnknownPolicyError, make_policy
-from flows.cli_common import prefect_state_or_fail, scheduler_or_fail, settings_or_fail, ui_commands
+from flows.cli_common import prefect_state_or_fail, print_ui_hint, scheduler_or_fail, settings_or_fail
+from flows.cli_tables import jobs_table, outcome_table
 from flows.console import EXIT_FAILED, console, err_console, fail
 from flows.jobfile import load_jobs_file
-from flows.record import JobOutcome
-
-
-def outcome_table(title: str, outs: tuple[JobOutcome, ...]) -> Table:
-    table = Table(title=title)
-    table.add_column("job", no_wrap=True)
-    for col in ("arrival s", "start s", "finish s", "JCT s", "rescales", "final accuracy"):
-        table.add_column(col, justify="right")
-    for o in outs:
-        table.add_row(
-            o.job_id,
-            f"{o.arrival_s:.1f}",
-            "-" if o.start_s is None else f"{o.start_s:.1f}",
-            "-" if o.finish_s is None else f"{o.finish_s:.1f}",
-            "-" if o.jct_s is None else f"{o.jct_s:.1f}",
-            str(o.rescales),
-            "-" if o.final_accuracy is None else f"{o.final_accuracy:.3f}",
-        )
-    return table
-
-
-def print_ui_hint() -> None:
-    console.print("\n[bold]Look at it:[/]")
-    for what, command in ui_commands(settings_or_fail()):
-        console.print(f"  {what}: {command}", soft_wrap=True, highlight=False, markup=False)
 
 
 def run(
@@ -68,7 +43,7 @@ def run(
         from flows.simulate_flow import simulate_flow
 
         gpus = workers or spec.gpus or settings.workers
-        outcome = simulate_flow(str(jobs_file), gpus=gpus, policy=policy, interval_s=interval, run_name=name)
+        outcome = simulate_flow(str(jobs_file), gpus=gpus, policy=policy, interval_s=interval, run_name=name, parsed=spec)
         console.print(outcome_table(f"{jobs_file.name}: simulated on {gpus} GPUs", outcome.outcomes))
         console.print(f"MLflow parent run [bold]{outcome.recorded.parent_run}[/]")
     else:
@@ -79,11 +54,10 @@ def run(
         install(lambda sig: f"interrupted ({sig}): ranks stopped, cluster shut down, MLflow runs marked KILLED; jobs resume from their checkpoints in {settings.resolved_checkpoint_dir}")
         try:
             with LoopProgress(err_console, len(spec.jobs)) as progress:
-                outcome = cluster_flow(str(jobs_file), workers=workers, policy=policy, interval_s=interval, run_name=name, on_step=progress)
+                outcome = cluster_flow(str(jobs_file), workers=workers, policy=policy, interval_s=interval, run_name=name, on_step=progress, parsed=spec)
         except Exception as exc:  # the flow run is recorded as failed in Prefect; say why in one line
             fail(f"cluster run failed: {type(exc).__name__}: {exc}", code=EXIT_FAILED)
         if outcome.recorded is None:
-            from flows.cmd_service import jobs_table
 
             console.print(f"{jobs_file.name}: scheduled by the running service ({outcome.wall_s:.0f} s)", highlight=False, markup=False)
             console.print(jobs_table(outcome.service_jobs))

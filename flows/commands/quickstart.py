@@ -9,7 +9,8 @@ from typing import Annotated
 import typer
 
 from flows.cli_common import prefect_state_or_fail, scheduler_or_fail, settings_or_fail
-from flows.cmd_run import outcome_table, print_ui_hint
+from flows.cli_common import print_ui_hint
+from flows.cli_tables import outcome_table
 from flows.console import EXIT_FAILED, console, err_console, fail
 
 

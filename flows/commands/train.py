@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from elastic_tasks.coordinator import JobFailed, JobResult
+from elastic_tasks.outcomes import JobFailed, JobResult
 from elastic_tasks.protocol import TrainConfig
 from elastic_tasks.preflight import check_recipe
 from elastic_tasks.recipe import EntryPointError, load_entry_point
@@ -137,7 +137,8 @@ def _run(entrypoint: str, config: TrainConfig, gpus: int, schedule: list[tuple[i
     # Imported here: building a cluster pulls in distributed's machinery, not needed for --help.
     from distributed import Client
 
-    from elastic_tasks.cluster import WorkerPool, local_gpu_cluster, warm_up
+    from deploy.local import local_gpu_cluster
+    from elastic_tasks.cluster import WorkerPool, warm_up
     from elastic_tasks.coordinator import JobCoordinator
     from flows.live import StepProgress
 
@@ -158,15 +159,19 @@ def _run(entrypoint: str, config: TrainConfig, gpus: int, schedule: list[tuple[i
                 job.board.forget()
 
 
+def _seconds(value: float | None, digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"  # None: never measured (the job ended first)
+
+
 def _summary(result: JobResult, name: str) -> None:
     table = Table(title=f"{name}: generations")
     for col in ("version", "kind", "at step", "GPUs", "global batch", "pause (s)", "new ranks ready (s)"):
         table.add_column(col, justify="right")
     for r in result.rescales:
         kind = "restart" if r.restart else r.kind.value
-        table.add_row(str(r.version), kind, str(r.step), f"{r.before} -> {r.after}", str(r.global_batch), f"{r.pause_s:.3f}", f"{r.prepare_s:.2f}")
+        table.add_row(str(r.version), kind, str(r.step), f"{r.before} -> {r.after}", str(r.global_batch), _seconds(r.pause_s, 3), f"{r.prepare_s:.2f}")
     for rec in result.recoveries:
-        table.add_row(str(rec.version), "recover", str(rec.resumed_step), f"lost {len(rec.lost)}", "-", f"{rec.pause_s:.3f}", "-")
+        table.add_row(str(rec.version), "recover", str(rec.resumed_step), f"lost {len(rec.lost)}", "-", _seconds(rec.pause_s, 3), "-")
     console.print(table)
     first = result.history[0].loss if result.history else float("nan")
     console.print(f"steps {result.steps}, samples {result.samples_seen:,}, loss {first:.4f} -> {result.final_loss or float('nan'):.4f}")

@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from flows.cli_common import settings_or_fail
+from flows.cli_tables import jobs_table
 from flows.console import EXIT_FAILED, console, fail
 
 
@@ -168,24 +169,6 @@ def submit(
     console.print(submitted.job_id + ("" if submitted.created else "\t(already submitted)"), highlight=False, markup=False)
 
 
-def _eta(row) -> str:
-    if row.state.value != "running" or not row.started_at or row.samples_done <= 0:
-        return "-"
-    rate = row.samples_done / max(1e-9, time.time() - row.started_at)
-    return f"{(row.total_samples - row.samples_done) / rate:.0f}s" if rate > 0 else "-"
-
-
-def jobs_table(rows):
-    from rich.table import Table
-
-    table = Table(box=None, pad_edge=False)
-    for col, just in (("id", "left"), ("name", "left"), ("state", "left"), ("gpus", "right"), ("batch", "right"), ("progress", "right"), ("eta", "right")):
-        table.add_column(col, justify=just, no_wrap=True)
-    for r in rows:
-        table.add_row(r.id, r.name[:20], r.state.value, str(r.gpus), str(r.batch), f"{100 * r.progress:.0f}%", _eta(r))
-    return table
-
-
 def jobs(
     watch: Annotated[bool, typer.Option("--watch", help="Refresh until Ctrl-C.")] = False,
     fmt: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
@@ -207,7 +190,8 @@ def jobs(
         out = [
             {"id": r.id, "name": r.name, "state": r.state.value, "gpus": r.gpus, "batch": r.batch, "progress": round(r.progress, 4),
              "submitter": r.submitter, "submitted_at": r.submitted_at, "started_at": r.started_at, "finished_at": r.finished_at,
-             "error": r.error, "attempts": r.attempts, "mlflow_run_id": r.mlflow_run_id}
+             "error": r.error, "attempts": r.attempts, "mlflow_run_id": r.mlflow_run_id,
+             "steps": r.steps, "final_loss": r.final_loss, "eval_loss": r.eval_loss}
             for r in rows()
         ]  # fmt: skip
         print(json.dumps(out, indent=2))

@@ -1,13 +1,12 @@
-"""``malleable idle-nodes``: replay an idle-node trace (seed 003, BFTrainer) under several policies."""
+"""Replaying an idle-node trace (seed 003, BFTrainer) under several policies and printing the result:
+what ``malleable idle-nodes`` and ``malleable simulate -p idle_nodes_*`` both run."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
 
 import numpy as np
-import typer
 from rich.table import Table
 
 from allocator.idle_nodes.replay import ReplayResult, replay, trainer_spec
@@ -40,22 +39,22 @@ def result_row(r: ReplayResult) -> dict[str, object]:
     }
 
 
-def idle_nodes_command(
-    trace: Annotated[Path | None, typer.Option(help="Idle-node trace CSV (time_s,node,state); default: generate one.")] = None,
-    policy: Annotated[list[str] | None, typer.Option(help="Policy to replay (repeat); default: MILP, heuristic, FIFO.")] = None,
-    nodes: Annotated[int, typer.Option(help="Nodes of the generated trace (paper: 1024 of Summit).")] = 1024,
-    hours: Annotated[float, typer.Option(help="Hours of generated trace to replay.")] = 6.0,
-    seed: Annotated[int, typer.Option(help="Seed of the generated trace.")] = 0,
-    trainers: Annotated[int, typer.Option(help="Trainers running in parallel (the paper's Pjmax).")] = 10,
-    workload: Annotated[str, typer.Option(help="'hpo' (all ShuffleNet, Sec. 5.1) or 'diverse' (Table 2 cyclically, Sec. 5.2).")] = "hpo",
-    t_fwd: Annotated[float, typer.Option(help="MILP forward-looking time T_fwd, seconds.")] = 120.0,
-    up_s: Annotated[float, typer.Option(help="Scale-up cost R_up, seconds.")] = 20.0,
-    down_s: Annotated[float, typer.Option(help="Scale-down cost R_dw, seconds.")] = 5.0,
-    objective: Annotated[str, typer.Option(help="MILP objective: throughput or scaling_efficiency.")] = "throughput",
-    formulation: Annotated[str, typer.Option(help="MILP formulation: count (fast) or node (the paper's x_jn).")] = "count",
-    time_limit: Annotated[float, typer.Option(help="MILP time limit per solve, seconds.")] = 10.0,
-    save_trace: Annotated[Path | None, typer.Option(help="Write the (generated) trace to this CSV.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
+def replay_idle_nodes(
+    trace: Path | None = None,
+    policy: list[str] | None = None,
+    nodes: int = 1024,
+    hours: float = 6.0,
+    seed: int = 0,
+    trainers: int = 10,
+    workload: str = "hpo",
+    t_fwd: float = 120.0,
+    up_s: float = 20.0,
+    down_s: float = 5.0,
+    objective: str = "throughput",
+    formulation: str = "count",
+    time_limit: float = 10.0,
+    save_trace: Path | None = None,
+    as_json: bool = False,
 ) -> None:
     """Replay idle nodes under each policy and report U = A_e / A_s, throughput, rescales and solve times."""
     try:

@@ -186,7 +186,7 @@ def run(
     workers: Annotated[int | None, typer.Option("--workers", "-w", help="(Virtual) GPU workers (default: MALLEABLE_WORKERS).")] = None,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds a stage may take before the run fails.")] = 1800.0,
 ) -> None:
-    """Run the plan for real: trials as elastic jobs on Dask workers, resized per stage, losers stopped."""
+    """Run the plan for real: each stage's trials are jobs of the scheduler service (the running one when MALLEABLE_JOB_STORE names it, else one for this run), resized per stage, losers stopped."""
     try:
         spec = load_hpo_file(hpo_file)
         if spec.entrypoint is None:

@@ -12,7 +12,8 @@ from rich.table import Table
 from allocator.profile_io import profile_to_dict
 from allocator.throughput import t_comm
 from elastic_tasks.profile_cache import ProfileCache
-from elastic_tasks.profiler import ProfilerError, ProfileReport, ProfileSettings, profile_cached
+from elastic_tasks.profile_settings import ProfilerError, ProfileSettings
+from elastic_tasks.profiler import ProfileReport, profile_cached
 from elastic_tasks.recipe import load_entry_point
 from flows.console import EXIT_FAILED, console, fail
 from flows.paths import check_output_dir, check_output_file
@@ -60,7 +61,7 @@ def profile_command(
     max_batch: Annotated[int | None, typer.Option("--max-batch", help="Memory cap per GPU (CPU default: largest ladder batch; CUDA default: probed).")] = None,
     repeats: Annotated[int, typer.Option("--repeats", help="Timed iterations per batch (median taken).")] = 5,
     warmup: Annotated[int, typer.Option("--warmup", help="Untimed iterations before timing each batch.")] = 2,
-    device: Annotated[str, typer.Option("--device", help="cpu or cuda[:N].")] = "cpu",
+    device: Annotated[str | None, typer.Option("--device", help="cpu or cuda[:N] (default: what a rank here trains on: cuda:0 when CUDA is present, else cpu).")] = None,
     threads: Annotated[int | None, typer.Option("--threads", help="torch intra-op threads while measuring (default: torch's).")] = None,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds for process-group init and each collective.")] = 120.0,
     include_data: Annotated[bool, typer.Option("--include-data/--compute-only", help="Time batch collation with each iteration, as the trainer does (default), or compute only (seed 000's t_proc).")] = True,
@@ -70,6 +71,10 @@ def profile_command(
 ) -> None:
     """Measure per-iteration time over a batch ladder and allreduce time; print and save the profile."""
     try:
+        if device is None:
+            from elastic_tasks.devices import default_backend, rank_device
+
+            device = str(rank_device(default_backend()))
         settings = ProfileSettings(
             batch_sizes=parse_int_list("--batches", batches),
             warmup=warmup,

@@ -1,0 +1,45 @@
+"""Tables two CLI commands print: a run's per-job outcomes, the service's jobs."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from flows.record import JobOutcome
+
+
+def outcome_table(title: str, outs: tuple[JobOutcome, ...]) -> Table:
+    table = Table(title=title)
+    table.add_column("job", no_wrap=True)
+    for col in ("arrival s", "start s", "finish s", "JCT s", "rescales", "final accuracy"):
+        table.add_column(col, justify="right")
+    for o in outs:
+        table.add_row(
+            o.job_id,
+            f"{o.arrival_s:.1f}",
+            "-" if o.start_s is None else f"{o.start_s:.1f}",
+            "-" if o.finish_s is None else f"{o.finish_s:.1f}",
+            "-" if o.jct_s is None else f"{o.jct_s:.1f}",
+            str(o.rescales),
+            "-" if o.final_accuracy is None else f"{o.final_accuracy:.3f}",
+        )
+    return table
+
+
+def _eta(row) -> str:
+    if row.state.value != "running" or not row.started_at or row.samples_done <= 0:
+        return "-"
+    rate = row.samples_done / max(1e-9, time.time() - row.started_at)
+    return f"{(row.total_samples - row.samples_done) / rate:.0f}s" if rate > 0 else "-"
+
+
+def jobs_table(rows):
+    table = Table(box=None, pad_edge=False)
+    for col, just in (("id", "left"), ("name", "left"), ("state", "left"), ("gpus", "right"), ("batch", "right"), ("progress", "right"), ("eta", "right")):
+        table.add_column(col, justify=just, no_wrap=True)
+    for r in rows:
+        table.add_row(r.id, r.name[:20], r.state.value, str(r.gpus), str(r.batch), f"{100 * r.progress:.0f}%", _eta(r))
+    return table
