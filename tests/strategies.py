@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from allocator.types import ClusterSnapshot, JobSpec
+from allocator.policies import make_policy
+from allocator.types import ClusterSnapshot, InfeasibleError, JobSpec, RunningJob, Share
 from tests.factories import make_job, make_profile
 
 # t_proc(c) = overhead + c / rate, measured at powers of two up to the memory cap.
@@ -72,3 +73,23 @@ def capacities(draw, specs: list[JobSpec], max_capacity: int) -> int:
 def snapshots(draw, max_jobs: int = 6, max_capacity: int = 24, max_gpus: int = 16) -> ClusterSnapshot:
     specs = draw(job_lists(max_jobs, max_gpus))
     return ClusterSnapshot(time=0.0, capacity=draw(capacities(specs, max_capacity)), queued=tuple(specs))
+
+
+@st.composite
+def snapshots_with_running(draw, max_jobs: int = 7, max_capacity: int = 24) -> ClusterSnapshot:
+    """Some jobs running (with progress, and a share from a feasible earlier allocation), the rest queued."""
+    specs = draw(job_lists(max_jobs, max_min_gpus=3))
+    capacity = draw(capacities(specs, max_capacity))
+    n_running = draw(st.integers(0, len(specs)))
+    running_specs, queued = specs[:n_running], specs[n_running:]
+    shares: dict[str, Share] = {}
+    if running_specs and draw(st.booleans()):
+        try:
+            earlier = make_policy("elastic_dp").allocate(ClusterSnapshot(time=0.0, capacity=capacity, queued=tuple(running_specs)))
+            shares = earlier.as_dict()
+        except InfeasibleError:
+            shares = {}
+    running = tuple(
+        RunningJob(spec, shares.get(spec.id), draw(st.floats(0.0, 1.0)) * spec.total_samples) for spec in running_specs
+    )
+    return ClusterSnapshot(time=100.0, capacity=capacity, running=running, queued=tuple(queued))

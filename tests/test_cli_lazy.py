@@ -63,7 +63,24 @@ def test_a_command_loads_on_use_and_a_typo_is_answered():
 
 def test_commands_without_a_flow_run_never_import_prefect():
     """plan, profile, simulate, idle-nodes, compare, ui, train, hpo plan: no Prefect, so no temporary server."""
-    modules = ["flows.cmd_plan", "flows.cmd_profile", "flows.cmd_simulate", "flows.cmd_idle_nodes", "flows.cmd_compare", "flows.cmd_ui", "flows.cmd_train", "flows.cmd_hpo"]
+    modules = ["flows.commands.plan", "flows.commands.profile", "flows.commands.simulate", "flows.commands.idle_nodes", "flows.commands.compare", "flows.commands.ui", "flows.commands.train", "flows.commands.hpo"]
     probe = f"import sys\nfor m in {modules!r}:\n    __import__(m)\nprint('prefect' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "False", done.stdout + done.stderr
+
+
+def test_command_modules_never_import_each_other():
+    """Read from the sources (ast), not by importing: what two commands share lives beside them."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "flows" / "commands"
+    names = {p.stem for p in root.glob("*.py")} - {"__init__"}
+    assert len(names) >= 12
+    offenders = []
+    for path in sorted(root.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            modules = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            offenders += [f"{path.name} imports {m}" for m in modules if m.startswith("flows.commands") or m.startswith("flows.cmd_")]
+    assert offenders == []
+

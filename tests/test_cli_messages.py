@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from flows.cmd_train import missed_rescales
+from flows.commands.train import missed_rescales
 
 
 def _result(moves: list[tuple[int, int, int]]):
     """A JobResult whose generations are (step, before, after) after a start on ``moves[0][2]`` GPUs."""
-    from elastic_tasks.coordinator import JobResult, RescaleOutcome
+    from elastic_tasks.outcomes import JobResult, RescaleOutcome
     from elastic_tasks.protocol import PlanKind
 
     kinds = list(PlanKind)
@@ -50,7 +50,7 @@ def test_compare_table_reads_at_80_columns():
 
     from rich.console import Console
 
-    from flows.cmd_compare import HEADINGS, comparison_table
+    from flows.commands.compare import HEADINGS, comparison_table
     from flows.comparison import ComparedRun, Comparison
 
     summary = tuple((k, 123.456) for k in HEADINGS)

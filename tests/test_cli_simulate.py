@@ -25,7 +25,7 @@ def test_jobs_file_two_policies_writes_schedules_plots_summary(tmp_path):
         assert (tmp_path / name).stat().st_size > 0
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["elastic_dp"]["completed"] == 4
-    assert (tmp_path / "schedule-elastic_dp.csv").read_text().startswith("time_s,job,gpus,batch\n")
+    assert (tmp_path / "schedule-elastic_dp.csv").read_text().startswith("time_s,job,gpus,batch,accum_steps\n")
 
 
 def test_csv_trace_and_drop_mode(tmp_path):
@@ -95,7 +95,7 @@ def _trace(path: Path, rows: list[str]) -> Path:
 def _stops(schedule_csv: str) -> dict[str, float]:
     stops = {}
     for line in schedule_csv.splitlines()[1:]:
-        t, job, gpus, _ = line.split(",")
+        t, job, gpus = line.split(",")[:3]
         if gpus == "0":
             stops[job] = float(t)
     return stops
@@ -176,6 +176,6 @@ def test_react_default_is_the_loops(tmp_path):
 
 
 def test_simulate_command_module_imports_no_heavy_framework():
-    code = "import sys, flows.cmd_simulate; print(sorted(m for m in ('torch', 'prefect', 'mlflow', 'matplotlib', 'dask') if m in sys.modules))"
+    code = "import sys, flows.commands.simulate; print(sorted(m for m in ('torch', 'prefect', 'mlflow', 'matplotlib', 'dask') if m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"

@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
-from flows.cmd_train import parse_rescales
+from flows.commands.train import parse_rescales
 
 runner = CliRunner()
 ENTRY = "elastic_tasks.examples.recipes:mlp_tiny"

@@ -9,8 +9,9 @@ import pytest
 import yaml
 from distributed import Client
 
-from deploy.clusters import GPU_RESOURCE, K8S_GPU, KubeSpec, connect, gpu_workers, kube_cluster_spec
-from elastic_tasks.cluster import TRAINING_WORKER_ENV, local_gpu_cluster
+from deploy.clusters import GPU_RESOURCE, K8S_GPU, KubeSpec, connect, kube_cluster_spec
+from deploy.local import TRAINING_WORKER_ENV, local_gpu_cluster
+from elastic_tasks.cluster import gpu_workers
 
 ROOT = Path(__file__).resolve().parents[1]
 

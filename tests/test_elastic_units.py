@@ -6,6 +6,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from elastic_tasks.job_state import JobState, Lifecycle
 from elastic_tasks.protocol import FROM_CHECKPOINT, Plan, PlanKind, TrainConfig
 from elastic_tasks.scaling import LRRamp, accumulation_steps, initial_lr, micro_batches, rescale_lr
 from elastic_tasks.sharding import EpochSampler, rank_slice
@@ -210,3 +211,15 @@ def test_courier_never_claims_a_version_nobody_published():
         assert courier.seen_version == 1
     finally:
         courier.stop()
+
+
+def test_lifecycle_final_states_are_final_and_moves_can_be_conditional():
+    S = JobState
+    life = Lifecycle()
+    assert life.state is S.INIT
+    assert life.move(S.STARTING) and life.move(S.RUNNING, only_from=(S.STARTING,))
+    assert not life.move(S.RUNNING, only_from=(S.RESCALING,))  # a recovery already brought it back
+    assert not life.move(S.RUNNING)  # already there: no repeated entry in the history
+    assert life.move(S.STOPPED) and life.move(S.SUCCEEDED)  # its last step ended as the stop went out
+    assert not life.move(S.FAILED) and not life.move(S.RUNNING)
+    assert life.history == (S.INIT, S.STARTING, S.RUNNING, S.STOPPED, S.SUCCEEDED)

@@ -1,4 +1,5 @@
-"""retrain through its prefect.yaml deployment entry point, with MLflow down until it ends.
+"""retrain through its prefect.yaml deployment entry point, with MLflow down until it ends; and
+retrain on a cluster at a scheduler address, profiling on its worker.
 
 Training must complete while the tracking server is unreachable; the metrics and the model
 buffered meanwhile must arrive once the server is up.
@@ -95,3 +96,34 @@ def test_every_deployment_in_prefect_yaml_loads():
     assert cron.cron == "0 2 * * *"
     cluster = next(d for d in project["deployments"] if d["name"] == "cluster-run")
     assert (ROOT / cluster["parameters"]["jobs_file"]).is_file()
+
+
+@pytest.mark.slow
+def test_retrain_on_a_cluster_profiles_on_its_worker_once(prefect_harness, tmp_path, monkeypatch):
+    """The profile is measured where the ranks run (a GPU worker of the cluster, as a rank trains
+    there), not in the flow's process, and a second retrain reuses it (keyed by that worker)."""
+    from distributed import Client, LocalCluster
+
+    from flows.retrain_flow import retrain_flow
+
+    def computed(client: Client) -> dict[str, int]:
+        return client.run_on_scheduler(lambda dask_scheduler: {p: tp.state_counts["memory"] for p, tp in dask_scheduler.task_prefixes.items()})
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, resources={"GPU": 1}, dashboard_address=None) as cluster, Client(cluster) as client:
+        monkeypatch.setenv("MALLEABLE_STATE_DIR", str(tmp_path / "state"))
+        monkeypatch.setenv("MALLEABLE_CLUSTER", "address")
+        monkeypatch.setenv("MALLEABLE_SCHEDULER_ADDRESS", cluster.scheduler_address)
+        monkeypatch.setenv("MALLEABLE_WORKERS", "2")
+        first = retrain_flow("elastic_tasks.examples:mlp_tiny", epochs=0.25, min_batch=16, max_batch=64, profile_batches=[8, 16])
+        after_first = computed(client)
+        assert after_first.get("profile_entry_point") == 1  # measured on a worker
+        second = retrain_flow("elastic_tasks.examples:mlp_tiny", epochs=0.25, min_batch=16, max_batch=64, profile_batches=[8, 16])
+        after_second = computed(client)
+    assert first.steps > 0 and second.steps > 0
+    assert after_second.get("profile_entry_point") == 1  # the second run's profile came from the cache
+    assert after_second.get("worker_identity") == 2  # ... after asking the worker what it is
+
+    tracking = MlflowClient(f"sqlite:///{tmp_path / 'state' / 'mlflow.db'}")
+    runs = tracking.search_runs([tracking.get_experiment_by_name("malleable").experiment_id], "tags.`malleable.mode` = 'retrain'")
+    # Measured as a rank trains on that worker: its device and one torch thread.
+    assert {r.data.params["hardware"].split("|threads=")[1].split("|")[0] for r in runs} == {"1"}

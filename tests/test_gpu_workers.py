@@ -10,7 +10,8 @@ import pytest
 import torch
 from distributed import Client
 
-from elastic_tasks.cluster import check_worker_hosts, cuda_spec_cluster, gpu_workers
+from deploy.local import cuda_spec_cluster
+from elastic_tasks.cluster import check_worker_hosts, gpu_workers
 from elastic_tasks.devices import MIXED_BACKEND, cuda_worker_env, loopback_warning, process_group_backend, rank_device, socket_env
 
 
@@ -65,3 +66,17 @@ def test_spec_cluster_starts_each_worker_with_its_rotation(caplog):
         assert len(gpu_workers(client)) == 2
         with caplog.at_level(logging.WARNING):
             assert check_worker_hosts(client) is None  # one host (127.0.0.1): no warning
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_the_cli_local_cluster_gives_each_worker_its_own_gpu_where_cuda_is_present():
+    """`malleable run`/`serve` with cluster=local on a GPU host: the environment each worker is
+    started with (testable on CPU: the rotation is all that differs)."""
+    from deploy.local import local_cluster
+
+    with local_cluster(2, visible=["0", "1"]) as cluster, Client(cluster) as client:
+        client.wait_for_workers(2, timeout=90)
+        seen = client.run(lambda: os.environ.get("CUDA_VISIBLE_DEVICES"))
+        assert sorted(seen.values()) == ["0,1", "1,0"]  # each worker's own GPU first
+        assert len(gpu_workers(client)) == 2

@@ -1,5 +1,6 @@
-"""A real HPO run on CPU (seed 001 execution): the greedy plan drives elastic trial jobs on a
-Dask LocalCluster; stages shrink, losers are stopped, MLflow holds one nested run per trial."""
+"""A real HPO run on CPU (seed 001 execution): the greedy plan's trials are jobs of a scheduler
+service (embedded for the run) on a Dask LocalCluster; stages shrink, losers are stopped, MLflow
+holds one nested run per trial with each stage's job run nested under it."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def test_real_hpo_run_shrinks_stops_losers_and_logs_nested_runs(prefect_harness,
 
     # Survivors resume from their checkpoint: a trial's first loss in stage 1 is below its first in stage 0.
     for k in result.stages[1].trials:
-        first = {r.stage: r.history[0].loss for r in result.runs if r.trial == k}
+        first = {r.stage: r.first_loss for r in result.runs if r.trial == k}
         assert first[1] < first[0]
 
     # Ranking really used the measured scores.
@@ -58,6 +59,10 @@ def test_real_hpo_run_shrinks_stops_losers_and_logs_nested_runs(prefect_harness,
         history = client.get_metric_history(child.info.run_id, "gpus")
         assert len(history) == int(child.data.tags["stopped_after_stage"]) + 1
         assert client.get_metric_history(child.info.run_id, "train_loss")
+        # Each of the trial's stage jobs has its own run (the service's, with live metrics) nested under it.
+        jobs = client.search_runs([parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{child.info.run_id}'")
+        assert len(jobs) == int(child.data.tags["stopped_after_stage"]) + 1
+        assert {j.info.status for j in jobs} == {"FINISHED"}
 
 
 @pytest.mark.slow
@@ -67,5 +72,8 @@ def test_hpo_run_cut_short_leaves_no_run_running(prefect_harness, state: Path) -
         hpo_flow(str(TINY), workers=4, timeout_s=0.2)
     client = MlflowClient(f"sqlite:///{state / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("hpo-test").experiment_id])
-    assert len(runs) == 5  # the parent and the 4 trials of stage 0
-    assert {r.info.status for r in runs} == {"FAILED"}
+    flow_runs = [r for r in runs if r.data.tags.get("malleable.kind") not in ("service-job", "service")]  # the embedded service's own
+    assert len(flow_runs) == 5  # the parent and the 4 trials of stage 0
+    assert {r.info.status for r in flow_runs} == {"FAILED"}
+    # The stage's jobs were cancelled, not left to train: none of their runs is still RUNNING.
+    assert "RUNNING" not in {r.info.status for r in runs}

@@ -6,7 +6,8 @@ import time
 import pytest
 from distributed import Client
 
-from elastic_tasks.cluster import WorkerPool, local_gpu_cluster, warm_up
+from deploy.local import local_gpu_cluster
+from elastic_tasks.cluster import WorkerPool, warm_up
 from elastic_tasks.coordinator import JobCoordinator
 from elastic_tasks.protocol import TrainConfig
 

@@ -17,29 +17,10 @@ from allocator.policies.greedy import build_tables
 from allocator.throughput import rate_table
 from allocator.types import ClusterSnapshot, InfeasibleError, RunningJob, Share, validate_allocation
 from tests.factories import make_job, make_profile
-from tests.strategies import capacities, job_lists
+from tests.strategies import snapshots_with_running
 
 POLICIES = ["elan_fifo", "elan_backfill", "efficiency_threshold"]
 ELAN = ["elan_fifo", "elan_backfill"]
-
-@st.composite
-def snapshots(draw, max_jobs=7, max_capacity=24):
-    """Some jobs running (with progress, and a share from a feasible earlier allocation), the rest queued."""
-    specs = draw(job_lists(max_jobs, max_min_gpus=3))
-    capacity = draw(capacities(specs, max_capacity))
-    n_running = draw(st.integers(0, len(specs)))
-    running_specs, queued = specs[:n_running], specs[n_running:]
-    shares: dict[str, Share] = {}
-    if running_specs and draw(st.booleans()):
-        try:
-            earlier = make_policy("elastic_dp").allocate(ClusterSnapshot(time=0.0, capacity=capacity, queued=tuple(running_specs)))
-            shares = earlier.as_dict()
-        except InfeasibleError:
-            shares = {}
-    running = tuple(
-        RunningJob(spec, shares.get(spec.id), draw(st.floats(0.0, 1.0)) * spec.total_samples) for spec in running_specs
-    )
-    return ClusterSnapshot(time=100.0, capacity=capacity, running=running, queued=tuple(queued))
 
 
 def minimums_fit(policy, snap: ClusterSnapshot) -> bool:
@@ -52,7 +33,7 @@ def minimums_fit(policy, snap: ClusterSnapshot) -> bool:
 
 @pytest.mark.parametrize("name", POLICIES)
 @settings(max_examples=60, deadline=None)
-@given(snap=snapshots())
+@given(snap=snapshots_with_running())
 def test_allocation_invariants_or_infeasible(name, snap):
     policy = make_policy(name)
     if not minimums_fit(policy, snap):
@@ -76,7 +57,7 @@ def test_allocation_invariants_or_infeasible(name, snap):
 
 @pytest.mark.parametrize("name", ELAN)
 @settings(max_examples=40, deadline=None)
-@given(snap=snapshots(), mode=st.sampled_from(list(OverflowMode)), jct_rule=st.booleans())
+@given(snap=snapshots_with_running(), mode=st.sampled_from(list(OverflowMode)), jct_rule=st.booleans())
 def test_admission_partitions_queue_and_admitted_jobs_fit(name, snap, mode, jct_rule):
     policy = make_policy(name, jct_rule=jct_rule)
     assert isinstance(policy, SupportsAdmission)
@@ -96,7 +77,7 @@ def test_admission_partitions_queue_and_admitted_jobs_fit(name, snap, mode, jct_
 
 
 @settings(max_examples=40, deadline=None)
-@given(snap=snapshots(), jct_rule=st.booleans())
+@given(snap=snapshots_with_running(), jct_rule=st.booleans())
 def test_fifo_waits_on_a_suffix_and_backfill_admits_a_superset(snap, jct_rule):
     fifo = make_policy("elan_fifo", jct_rule=jct_rule).admit(snap, OverflowMode.QUEUE)
     bf = make_policy("elan_backfill", jct_rule=jct_rule).admit(snap, OverflowMode.QUEUE)
@@ -106,7 +87,7 @@ def test_fifo_waits_on_a_suffix_and_backfill_admits_a_superset(snap, jct_rule):
 
 
 @settings(max_examples=50, deadline=None)
-@given(snap=snapshots())
+@given(snap=snapshots_with_running())
 def test_elan_stops_only_when_no_gain_or_no_gpus(snap):
     """Seed 002: GPUs go out until none is left, every job is at max_res, or no gain is positive."""
     policy = make_policy("elan_fifo")
@@ -124,7 +105,7 @@ def test_elan_stops_only_when_no_gain_or_no_gpus(snap):
 
 @pytest.mark.parametrize("threshold", [0.0, 0.1, 0.5, 0.9])
 @settings(max_examples=25, deadline=None)
-@given(snap=snapshots())
+@given(snap=snapshots_with_running())
 def test_efficiency_threshold_stops_at_first_inefficient_step(threshold, snap):
     """Seed 004: with GPUs to spare, every elastic job's next step has s_{k,1} <= S."""
     policy = make_policy("efficiency_threshold", threshold=threshold)

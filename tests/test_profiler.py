@@ -6,20 +6,14 @@ import json
 import pytest
 import torch
 
-from allocator.profile_io import profile_from_dict, profile_to_dict
+from allocator.profile_io import monotone_envelope, profile_from_dict, profile_to_dict
 from allocator.types import AllreduceModel, ThroughputProfile
 from elastic_tasks.examples import mlp_tiny, vgg_small
 from elastic_tasks.profile_cache import ProfileCache
-from elastic_tasks.profiler import (
-    ProfilerError,
-    ProfileSettings,
-    cache_key,
-    largest_fitting_batch,
-    measure_allreduce,
-    monotone_envelope,
-    profile_cached,
-    profile_recipe,
-)
+from elastic_tasks.allreduce_timing import measure_allreduce
+from elastic_tasks.iteration_timing import largest_fitting_batch
+from elastic_tasks.profile_settings import ProfilerError, ProfileSettings
+from elastic_tasks.profiler import cache_key, profile_cached, profile_recipe
 from elastic_tasks.recipe import EntryPointError, load_entry_point
 
 NO_COMM = AllreduceModel(latency_s=1e-4, seconds_per_param=1e-9)  # skips the spawned allreduce

@@ -108,3 +108,62 @@ def test_half_life_follows_a_machine_that_slows_down():
     assert abs(plain.fit().predict(probe, P) / now - 1) > 0.1
     with pytest.raises(ValueError, match="half_life"):
         OnlineThroughputFit(P, half_life=0)
+
+
+def test_a_drift_seen_at_one_gpu_count_is_shared_by_compute_and_allreduce():
+    """A job seen only on 2 GPUs of one host, 30 % slower than its prior: the refit matches its
+    step, and both the one-GPU compute and the allreduce rise (the prior's modelled multi-GPU
+    points keep the allreduce terms from taking the whole drift, or none of it)."""
+    p = 10_000_000
+    prior = make_profile(num_params=p, overhead_s=0.005, rate=2000.0, cap=256, latency_s=1e-4, seconds_per_param=2e-9)
+    compute = 0.005 + 32 / 2000  # the prior's one-GPU step at 32 samples, by hand
+    comm = 2 * 1e-4 + 1 * p * 2e-9  # its ring allreduce on 2 GPUs: 2(k-1) lat + 2(k-1)/k p spp
+    online = OnlineThroughputFit(p, prior=prior)
+    online.add([StepObservation(2, 32, 1, 1, 1.3 * (compute + comm))] * 20)
+    fit = online.fit()
+    fitted_compute = fit.alpha + fit.beta * 32
+    fitted_comm = fit.predict(StepObservation(2, 32, 1, 1, 1.0), p) - fitted_compute
+    assert fitted_compute + fitted_comm == pytest.approx(1.3 * (compute + comm), rel=0.02)
+    assert fitted_compute > 1.05 * compute and fitted_comm > 1.05 * comm
+
+
+def test_a_job_seen_at_one_batch_keeps_its_priors_shape_scaled_by_its_drift():
+    """Many steps at one micro-batch, 1.5x slower than the prior: the line's height there is
+    measured, its shape (per-step overhead vs per-sample cost) is the prior's — so throughput
+    still grows with the batch as it did. Oracle by hand: 1.5 x the prior's line."""
+    prior = make_profile(num_params=P, overhead_s=0.0055, rate=1 / 0.00037, cap=128, latency_s=0.0, seconds_per_param=0.0)
+    online = OnlineThroughputFit(P, prior=prior)
+    online.add([StepObservation(1, 128, 1, 1, 1.5 * (0.0055 + 128 * 0.00037))] * 2000)
+    fit = online.fit()
+    assert online.drift() == pytest.approx(1.5, rel=1e-3)
+    assert (fit.alpha, fit.beta) == (pytest.approx(1.5 * 0.0055, rel=0.02), pytest.approx(1.5 * 0.00037, rel=0.02))
+    # What the policy compares: samples/s at batch 32 vs 128 keep the prior's ratio.
+    ratio = (32 / (fit.alpha + 32 * fit.beta)) / (128 / (fit.alpha + 128 * fit.beta))
+    assert ratio == pytest.approx((32 / (0.0055 + 32 * 0.00037)) / (128 / (0.0055 + 128 * 0.00037)), rel=0.02)
+
+
+def test_steps_at_two_batches_override_the_priors_shape():
+    """Seen at two micro-batches, the job's own line wins over the (scaled) prior's shape."""
+    prior = make_profile(num_params=P, overhead_s=0.0055, rate=1 / 0.00037, cap=128, latency_s=0.0, seconds_per_param=0.0)
+    online = OnlineThroughputFit(P, prior=prior)
+    alpha, beta = 0.002, 0.0007  # another shape: less overhead, dearer samples
+    online.add([StepObservation(1, c, 1, 1, alpha + beta * c) for c in (32, 128) for _ in range(500)])
+    fit = online.fit()
+    assert (fit.alpha, fit.beta) == (pytest.approx(alpha, rel=0.05), pytest.approx(beta, rel=0.02))
+
+
+def test_long_tailed_steps_are_fitted_to_their_mean_which_is_what_a_jct_adds_up():
+    """A rank sharing its core now and then: 1 step in 5 takes 3x as long. The fitted step is the
+    steps' arithmetic mean (oracle: the mean of the drawn times), not the fast majority's."""
+    rng = np.random.default_rng(5)
+    base = {32: 0.004 + 32 * 0.0006, 128: 0.004 + 128 * 0.0006}
+    online = OnlineThroughputFit(P)
+    drawn: dict[int, list[float]] = {32: [], 128: []}
+    for i in range(2000):
+        c = 32 if i % 2 else 128
+        t = base[c] * (3.0 if rng.random() < 0.2 else 1.0)
+        drawn[c].append(t)
+        online.add([StepObservation(1, c, 1, 1, t)])
+    fit = online.fit()
+    for c, times in drawn.items():
+        assert fit.predict(StepObservation(1, c, 1, 1, 1.0), P) == pytest.approx(float(np.mean(times)), rel=0.01)

@@ -80,8 +80,32 @@ def test_a_store_of_another_schema_version_is_refused_not_used(store_url):
     store = JobStore(store_url)
     with store.engine.begin() as conn:
         conn.execute(update(schema.meta).where(schema.meta.c.key == "schema_version").values(value="999"))
-    with pytest.raises(StoreVersionError, match=r"schema version 999, this malleable uses 1"):
+    with pytest.raises(StoreVersionError, match=rf"schema version 999, this malleable uses {schema.SCHEMA_VERSION}"):
         JobStore(store_url)
+
+
+def test_a_version_1_store_is_upgraded_in_place_keeping_its_jobs(store_url):
+    """A store made before jobs recorded their losses (version 1): opened by this version, it gains
+    the columns, keeps every job, and records a finished job's losses."""
+    store = JobStore(store_url)
+    job = ServiceClient(store, submitter="old").submit(job_entry("kept", samples=321)).job_id
+    added = ("steps", "first_loss", "final_loss", "eval_loss", "mlflow_parent_run_id")
+    with store.engine.begin() as conn:  # what version 1 looked like
+        for column in added:
+            conn.exec_driver_sql(f"ALTER TABLE malleable_jobs DROP COLUMN {column}")
+        conn.execute(update(schema.meta).where(schema.meta.c.key == "schema_version").values(value="1"))
+    store.close()
+
+    upgraded = JobStore(store_url)
+    with upgraded.engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT value FROM malleable_meta WHERE key = 'schema_version'").scalar() == "2"
+    row = upgraded.job(job)
+    assert (row.name, row.submitter, row.total_samples, row.state) == ("kept", "old", 321, JobState.QUEUED)
+    assert (row.steps, row.final_loss, row.eval_loss) == (None, None, None)
+    assert upgraded.set_state(job, JobState.FINISHED, steps=7, first_loss=2.5, final_loss=0.5, eval_loss=0.75)
+    row = upgraded.job(job)
+    assert (row.steps, row.first_loss, row.final_loss, row.eval_loss) == (7, 2.5, 0.5, 0.75)
+    JobStore(store_url)  # opening it again finds version 2: nothing to do, nothing refused
 
 
 def test_an_unreachable_store_is_one_line_naming_the_setting():
@@ -152,3 +176,44 @@ def test_submit_many_returns_earlier_jobs_for_known_keys(store_url):
     second = store.submit_many(subs)
     assert [s.job_id for s in first] == [s.job_id for s in second]
     assert all(s.created for s in first) and not any(s.created for s in second)
+
+
+def test_a_job_seed_survives_the_store(store_url):
+    """What a submitter sets per job (HPO: one per trial and stage) is what the service schedules."""
+    from service.jobspec import spec_for_loop
+
+    client = ServiceClient(store_url)
+    seeded = client.submit(job_entry("s", seed=17)).job_id
+    plain = client.submit(job_entry("p")).job_id
+    assert spec_for_loop(client.job(seeded).spec, seeded, 0.0).seed == 17
+    assert spec_for_loop(client.job(plain).spec, plain, 0.0).seed is None
+
+
+def test_two_writers_creating_one_experiment_at_once_both_get_it(tmp_path):
+    """A flow and the service it submits to start tracking at the same moment: the one whose
+    create loses the race reads the winner's experiment instead of failing the flow."""
+    from mlflow import MlflowClient
+
+    from service.tracking import ensure_experiment
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    winner = MlflowClient(uri)
+
+    class LateReader:
+        """A real client that looked before the winner created it (the interleaving of the race)."""
+
+        def __init__(self) -> None:
+            self.client, self.looked = MlflowClient(uri), False
+
+        def get_experiment_by_name(self, name):
+            if not self.looked:
+                self.looked = True
+                return None
+            return self.client.get_experiment_by_name(name)
+
+        def create_experiment(self, name, artifact_location=None):
+            return self.client.create_experiment(name, artifact_location=artifact_location)
+
+    created = winner.create_experiment("shared")
+    assert ensure_experiment(LateReader(), "shared") == created
+    assert ensure_experiment(winner, "shared") == created

@@ -74,7 +74,14 @@ class ServiceProcess:
         return rc
 
     def kill_tree(self) -> None:
-        """Clean-up after a test: the service and whatever of its cluster is left."""
+        """Clean-up after a test: the service and whatever of its cluster is left. The cluster's
+        processes lead process groups of their own (so a terminal's Ctrl-C cannot kill them under
+        the service's clean-up): kill them by ancestry, found before the service dies."""
+        try:
+            for child in psutil.Process(self.proc.pid).children(recursive=True):
+                child.kill()
+        except psutil.NoSuchProcess:
+            pass
         if self.proc.poll() is None:
             self.proc.kill()
         try:
@@ -196,6 +203,26 @@ def test_jobs_from_independent_submitters_share_the_cluster_shrink_in_place_fail
     assert [r.state for r in retrained] == [JobState.FINISHED]
     model_runs = [r for r in mlflow.search_runs([mlflow.get_experiment_by_name("malleable").experiment_id]) if r.data.tags.get("malleable.service_job") == retrained[0].id]
     assert len(model_runs) == 1 and any(a.path == "model" for a in mlflow.list_artifacts(model_runs[0].info.run_id))
+
+    # And `malleable hpo run`: every trial of every stage is a job of the service, each stage
+    # resumed from the previous stage's checkpoint (its first loss below that trial's first).
+    hpo_file = cwd / "hpo.yaml"
+    # The example's deadline is set for 4 workers; the service has 2.
+    hpo_file.write_text(yaml.safe_dump(yaml.safe_load((REPO / "examples" / "hpo_tiny.yaml").read_text()) | {"deadline_s": 30}))
+    hpo = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "hpo", "run", str(hpo_file), "--workers", "2"],
+        cwd=cwd, env={**env, "MALLEABLE_JOB_STORE": store_url}, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert hpo.returncode == 0, hpo.stdout + hpo.stderr
+    trials = [r for r in store.jobs() if r.submitter == "hpo:mlp-tiny-sha4"]
+    assert sorted(int(r.name.rsplit("-s", 1)[1]) for r in trials) == [0, 0, 0, 0, 1, 1, 2]
+    assert {r.state for r in trials} == {JobState.FINISHED}
+    assert all(r.steps == (20, 40, 80)[int(r.name.rsplit("-s", 1)[1])] and r.final_loss is not None for r in trials)
+    by_name = {r.name: r for r in trials}
+    for r in trials:
+        trial, stage = r.name.removeprefix("mlp-tiny-sha4-t").split("-s")
+        if stage != "0":
+            assert r.first_loss < by_name[f"mlp-tiny-sha4-t{trial}-s0"].first_loss
 
     assert svc.stop() == 0
     assert "stopped" in svc.lines[-1]

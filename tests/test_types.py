@@ -90,3 +90,7 @@ def test_rescale_event():
     assert ev.kind == "in_place"
     with pytest.raises(ValueError, match="cost_s=-1"):
         RescaleEvent(1.0, "a", None, Share(1, 8), RescaleKind.START, cost_s=-1)
+    with pytest.raises(ValueError, match="cost_s=nan"):
+        RescaleEvent(1.0, "a", None, Share(1, 8), RescaleKind.START, cost_s=float("nan"))
+    # A measured start whose job had ended before it trained: its cost is unknown, not a number.
+    assert RescaleEvent(1.0, "a", None, Share(1, 8), RescaleKind.START, cost_s=None, measured=True).cost_s is None
