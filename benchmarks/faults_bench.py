@@ -198,13 +198,13 @@ def job_failure(work: Path) -> Figures:
     except subprocess.TimeoutExpired:
         return {"faults_injected": 1, "faults_survived": 0, "hangs": 1}
     exited = time.time()
-    failed_at = float((root / "failed_at").read_text()) if (root / "failed_at").exists() else float("nan")
+    failed_at = float((root / "failed_at").read_text()) if (root / "failed_at").exists() else None
     out = proc.stdout + proc.stderr
     errors = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
     ok = proc.returncode == 1 and len(errors) == 1 and "job bad failed" in errors[0] and "injected failure" in errors[0] and "Traceback" not in out and "good" in proc.stdout
     if not ok:
         print("job failure not clean:", proc.returncode, errors, out[-800:])
-    return {"faults_injected": 1, "faults_survived": int(ok), "seconds_to_exit_after_job_failure": round(exited - failed_at, 2)}
+    return {"faults_injected": 1, "faults_survived": int(ok), "seconds_to_exit_after_job_failure": None if failed_at is None else round(exited - failed_at, 2)}
 
 
 def sigint(work: Path) -> Figures:

@@ -1,7 +1,10 @@
 """goodput_dp vs elastic_dp vs the fixed-batch baseline on the same goodput physics.
 
 Workload: seed 000's 40-GPU bursty setting (categories 1-4, Poisson arrivals alternating
-high/low every 2 h for ``--minutes``, queueing, Δ = 10 min), generated per seed. Every job's
+high/low every 2 h for ``--minutes``, queueing, Δ = 10 min), generated per seed. The loop
+runs as ``malleable serve``/``run`` run it by default (re-allocating at every arrival and
+completion as well as every Δ); ``--ticks-only`` also runs seed 000's autoscaler, which
+decides only at the Δ ticks, and reports its ratios under ``*_ticks_only`` keys. Every job's
 gradient noise scale follows the trajectory MEASURED for its category's stand-in example
 (``benchmarks/data/noise_trajectories.json``, written by ``benchmarks/measure_noise_scale.py``)
 over its fraction of work done. All policies run in ``simulate_goodput``: a job progresses by
@@ -11,7 +14,7 @@ with a larger batch pays for it in samples (McCandlish et al. 2018; Pollux, OSDI
 Figures (the last line, JSON): ratios of mean JCTs summed over the seeds, side by side in
 one run, plus absolute means (minutes) per policy, p95 JCT and makespan.
 
-Run: python benchmarks/goodput_bench.py [--seeds 0 1 2] [--minutes 480]
+Run: python benchmarks/goodput_bench.py [--seeds 0 1 2] [--minutes 480] [--ticks-only]
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -53,23 +57,37 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=480.0)
     parser.add_argument("--p", type=float, default=-1.0, help="goodput_dp's power-mean exponent")
     parser.add_argument("--trajectories", type=Path, default=TRAJECTORIES)
+    parser.add_argument("--ticks-only", action="store_true", help="also run every policy deciding only at the Δ ticks (seed 000's autoscaler)")
     args = parser.parse_args()
     noise = load_trajectories(args.trajectories)
     profiles = load_category_profiles(PROFILES)
     arrivals = ArrivalSpec(Pattern.BURSTY, args.minutes, period_min=120, scale=CAPACITY / 10)
-    settings = LoopSettings(interval_s=SEED000_INTERVAL_S, overflow=OverflowMode.QUEUE, react_to_events=False)
+    # The product's loop (LoopSettings' and `malleable serve`'s default): decide at every
+    # arrival and completion, and every Δ. Seed 000's autoscaler decides at the ticks only.
+    settings = LoopSettings(interval_s=SEED000_INTERVAL_S, overflow=OverflowMode.QUEUE, react_to_events=True)
     policies = {
         "goodput_dp": lambda seed: make_policy("goodput_dp", noise=noise, p=args.p),
         "goodput_dp_p1": lambda seed: make_policy("goodput_dp", noise=noise, p=1.0),
         "elastic_dp": lambda seed: make_policy("elastic_dp"),
         "fixed_batch_dp": lambda seed: make_policy("fixed_batch_dp", batch_choice="random", seed=seed),
     }
+    figures: dict = {"seeds": args.seeds, "goodput_dp_p": args.p, "interval_s": settings.interval_s, "react_to_events": settings.react_to_events}
+    figures.update(compare(policies, args.seeds, arrivals, profiles, noise, settings, ""))
+    if args.ticks_only:
+        ticks = compare(policies, args.seeds, arrivals, profiles, noise, replace(settings, react_to_events=False), "_ticks_only")
+        figures.update({k: v for k, v in ticks.items() if k != "jobs"})
+    print(json.dumps(figures))
+
+
+def compare(policies: dict, seeds: list[int], arrivals: ArrivalSpec, profiles: dict, noise: dict[str, NoiseTrajectory], settings: LoopSettings, suffix: str) -> dict:
+    """Every policy on every seed's trace under ``settings``; figure names end in ``suffix``."""
     jct: dict[str, list[float]] = {name: [] for name in policies}
     p95: dict[str, list[float]] = {name: [] for name in policies}
     makespan: dict[str, list[float]] = {name: [] for name in policies}
     wall: dict[str, float] = {name: 0.0 for name in policies}
     jobs_total = 0
-    for seed in args.seeds:
+    label = "events+ticks" if settings.react_to_events else "ticks only"
+    for seed in seeds:
         jobs = generate_jobs(arrivals, profiles, np.random.default_rng(seed))
         jobs_total += len(jobs)
         specs = {j.id: j for j in jobs}
@@ -83,24 +101,22 @@ def main() -> None:
             jct[name].append(m.avg_jct_s)
             p95[name].append(m.p95_jct_s)
             makespan[name].append(m.makespan_s)
-            print(f"seed {seed} {name:15s} jobs {len(jobs):4d} mean JCT {m.avg_jct_s / 60:7.1f} min  p95 {m.p95_jct_s / 60:7.1f} min"
+            print(f"[{label}] seed {seed} {name:15s} jobs {len(jobs):4d} mean JCT {m.avg_jct_s / 60:7.1f} min  p95 {m.p95_jct_s / 60:7.1f} min"
                   f"  makespan {m.makespan_s / 60:7.1f} min  wall {time.perf_counter() - t0:5.1f} s", flush=True)
     mean = {name: float(np.mean(v)) for name, v in jct.items()}
     figures = {
-        "goodput_over_elastic_dp_avg_jct": round(mean["goodput_dp"] / mean["elastic_dp"], 4),
-        "goodput_over_fixed_batch_dp_avg_jct": round(mean["goodput_dp"] / mean["fixed_batch_dp"], 4),
-        "goodput_p95_over_elastic_dp": round(float(np.mean(p95["goodput_dp"])) / float(np.mean(p95["elastic_dp"])), 4),
-        "goodput_p1_over_elastic_dp_avg_jct": round(mean["goodput_dp_p1"] / mean["elastic_dp"], 4),
-        "seeds": args.seeds,
+        f"goodput_over_elastic_dp_avg_jct{suffix}": round(mean["goodput_dp"] / mean["elastic_dp"], 4),
+        f"goodput_over_fixed_batch_dp_avg_jct{suffix}": round(mean["goodput_dp"] / mean["fixed_batch_dp"], 4),
+        f"goodput_p95_over_elastic_dp{suffix}": round(float(np.mean(p95["goodput_dp"])) / float(np.mean(p95["elastic_dp"])), 4),
+        f"goodput_p1_over_elastic_dp_avg_jct{suffix}": round(mean["goodput_dp_p1"] / mean["elastic_dp"], 4),
         "jobs": jobs_total,
-        "goodput_dp_p": args.p,
     }
     for name in policies:
-        figures[f"{name}_avg_jct_min"] = round(mean[name] / 60, 2)
-        figures[f"{name}_p95_jct_min"] = round(float(np.mean(p95[name])) / 60, 2)
-        figures[f"{name}_makespan_min"] = round(float(np.mean(makespan[name])) / 60, 2)
-        figures[f"{name}_wall_s"] = round(wall[name], 2)
-    print(json.dumps(figures))
+        figures[f"{name}_avg_jct_min{suffix}"] = round(mean[name] / 60, 2)
+        figures[f"{name}_p95_jct_min{suffix}"] = round(float(np.mean(p95[name])) / 60, 2)
+        figures[f"{name}_makespan_min{suffix}"] = round(float(np.mean(makespan[name])) / 60, 2)
+        figures[f"{name}_wall_s{suffix}"] = round(wall[name], 2)
+    return figures
 
 
 if __name__ == "__main__":

@@ -30,10 +30,12 @@ from allocator.loop import LoopSettings, run_loop
 from allocator.policies import make_policy
 from allocator.types import JobSpec
 from benchmarks.goodput_bench import TRAJECTORIES, load_trajectories
-from elastic_tasks.cluster import local_gpu_cluster, warm_up
+from deploy.local import local_gpu_cluster
+from elastic_tasks.cluster import warm_up
 from elastic_tasks.examples.recipes import resnet_small
 from elastic_tasks.executor import DaskExecutor, JobSettings
-from elastic_tasks.profiler import ProfileSettings, profile_recipe
+from elastic_tasks.profile_settings import ProfileSettings
+from elastic_tasks.profiler import profile_recipe
 
 ENTRY = "elastic_tasks.examples.recipes:resnet_small"
 WORKERS = 3

@@ -46,7 +46,7 @@ def _need_gpus(n: int) -> None:
 
 
 def device_assignment(args: argparse.Namespace) -> dict[str, object]:
-    from elastic_tasks.cluster import local_gpu_cluster, visible_cuda_devices
+    from deploy.local import local_gpu_cluster, visible_cuda_devices
     from elastic_tasks.devices import cuda_worker_env
 
     virtual = cuda_worker_env(["0", "1", "2", "3"])
@@ -130,7 +130,8 @@ def profile_amp(args: argparse.Namespace) -> dict[str, object]:
     _need_gpus(1)
     from allocator.types import AllreduceModel
     from elastic_tasks.examples import EXAMPLES, tiny_lm
-    from elastic_tasks.profiler import ProfileSettings, profile_recipe
+    from elastic_tasks.profile_settings import ProfileSettings
+    from elastic_tasks.profiler import profile_recipe
 
     no_comm = AllreduceModel(latency_s=1e-4, seconds_per_param=1e-9)
     settings = ProfileSettings(batch_sizes=args.batches, warmup=3, repeats=args.repeats, device="cuda:0", max_batch_per_gpu=max(args.batches))

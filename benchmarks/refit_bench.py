@@ -25,7 +25,8 @@ import time
 from distributed import Client
 
 from allocator.refit import OnlineThroughputFit, StepObservation
-from elastic_tasks.cluster import WorkerPool, local_gpu_cluster, warm_up
+from deploy.local import local_gpu_cluster
+from elastic_tasks.cluster import WorkerPool, warm_up
 from elastic_tasks.coordinator import JobCoordinator
 from elastic_tasks.examples.recipes import resnet_small
 from elastic_tasks.protocol import TrainConfig

@@ -35,7 +35,8 @@ from datetime import timedelta
 
 from distributed import Client, get_worker
 
-from elastic_tasks.cluster import WorkerPool, local_gpu_cluster, warm_up
+from deploy.local import local_gpu_cluster
+from elastic_tasks.cluster import WorkerPool, warm_up
 from elastic_tasks.coordinator import JobCoordinator
 from elastic_tasks.protocol import TrainConfig
 
