@@ -8,7 +8,6 @@ peer dies before step 1's agreement; the survivor salvages step 1.
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import os
 import time
 
@@ -17,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from elastic_tasks.agreement import Agreement, StepOutcome
+from tests.gloo_pair import run_pair
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -45,13 +45,7 @@ def _rank(rank: int, init_file: str, out_file: str) -> None:
 
 def test_a_step_whose_agreement_failed_keeps_the_survivors_own_record(tmp_path):
     out = tmp_path / "records.json"
-    ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_rank, args=(r, str(tmp_path / "init"), str(out))) for r in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(90)
-    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+    run_pair(_rank, tmp_path, out)
     by_step = {r["step"]: r for r in json.loads(out.read_text())}
     # Step 0 agreed by both: (2 + 4) / 8 samples, 6 of 8 correct.
     assert by_step[0] == {"step": 0, "loss": 6 / 8, "accuracy": 6 / 8, "loss_samples": None}

@@ -9,7 +9,6 @@ used to match on.
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import os
 import time
 
@@ -21,6 +20,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from elastic_tasks.collective import CollectiveFailure, HookWitness, collective
 from elastic_tasks.noise_scale import GradientNoiseProbe
+from tests.gloo_pair import run_pair
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -74,13 +74,7 @@ def _allreduce() -> None:
 
 def test_a_dead_peer_surfaces_as_collective_failure_at_every_call_site(tmp_path):
     out = tmp_path / "report.json"
-    ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_rank, args=(r, str(tmp_path / "init"), str(out))) for r in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(90)
-    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+    run_pair(_rank, tmp_path, out)
     report = json.loads(out.read_text())
     for where, got in report.items():
         # torch's own error is kept as the cause: gloo's plain RuntimeError naming the closed peer
