@@ -36,7 +36,7 @@ from datetime import timedelta
 from distributed import Client, get_worker
 
 from deploy.local import local_gpu_cluster
-from elastic_tasks.cluster import WorkerPool, warm_up
+from elastic_tasks.cluster import WorkerPool, warm_up, worker_info
 from elastic_tasks.coordinator import JobCoordinator
 from elastic_tasks.protocol import TrainConfig
 
@@ -117,7 +117,7 @@ def main() -> None:
         print(f"cluster ready in {time.time() - t_start:.1f} s")
 
         # Steady state first (A/B/A/B), on two workers, nothing else running.
-        workers = sorted(client.scheduler_info(n_workers=-1)["workers"])[:2]
+        workers = sorted(worker_info(client))[:2]
         # Other load on the machine drifts over minutes: pair each elastic round with the plain
         # round just before it, alternate which goes first, and take the median paired ratio.
         plain, elastic, ratios, agree, cpu_ratios = [], [], [], [], []

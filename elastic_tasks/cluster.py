@@ -68,9 +68,19 @@ def _warm(entrypoint: str) -> None:
     recipe.make_optimizer(recipe.build_model().parameters(), recipe.base_lr)
 
 
+def worker_info(client: Client) -> dict[str, dict]:
+    """Every worker the scheduler knows now, by address.
+
+    Asked of the scheduler directly: ``Client.scheduler_info`` hands back a cache that the
+    client's periodic refresh overwrites with a worker-less copy, so a read between the two
+    sees no workers at all (tests/test_worker_view.py).
+    """
+    return client.sync(client.scheduler.identity, n_workers=-1)["workers"]
+
+
 def gpu_workers(client: Client) -> list[str]:
     """Addresses of the workers advertising a GPU, sorted (stable rank placement)."""
-    info = client.scheduler_info(n_workers=-1)["workers"]
+    info = worker_info(client)
     return sorted(addr for addr, w in info.items() if w.get("resources", {}).get("GPU", 0) >= 1)
 
 

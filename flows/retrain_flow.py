@@ -21,8 +21,7 @@ from prefect.cache_policies import NO_CACHE
 
 from allocator.types import JobSpec, Share
 from deploy.clusters import KubeSpec, connect
-from elastic_tasks.cluster import gpu_workers
-from elastic_tasks.cluster import WorkerPool
+from elastic_tasks.cluster import WorkerPool, gpu_workers, worker_info
 from elastic_tasks.coordinator import JobCoordinator
 from elastic_tasks.outcomes import JobResult
 from elastic_tasks.protocol import TrainConfig
@@ -75,7 +74,7 @@ def wait_for_workers(client: Client, n: int, timeout_s: float = 60.0) -> list[st
     client.wait_for_workers(n, timeout=timeout_s)
     workers = gpu_workers(client)
     if len(workers) < n:
-        total = len(client.scheduler_info(n_workers=-1)["workers"])
+        total = len(worker_info(client))
         raise NoGpuWorkersError(
             f"{len(workers)} of the {total} Dask workers offer the GPU resource, {n} needed: start one worker per GPU "
             "with `dask worker <scheduler address> --nthreads 1 --resources GPU=1`"

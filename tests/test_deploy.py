@@ -11,7 +11,7 @@ from distributed import Client
 
 from deploy.clusters import GPU_RESOURCE, K8S_GPU, KubeSpec, connect, kube_cluster_spec
 from deploy.local import TRAINING_WORKER_ENV, local_gpu_cluster
-from elastic_tasks.cluster import gpu_workers
+from elastic_tasks.cluster import gpu_workers, worker_info
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -99,7 +99,7 @@ def test_local_cluster_has_one_gpu_worker_per_virtual_gpu():
     with connect("local", workers=3) as client:
         workers = gpu_workers(client)
         assert len(workers) == 3
-        info = client.scheduler_info(n_workers=-1)["workers"]
+        info = worker_info(client)
         assert all(info[w]["nthreads"] == 1 and info[w]["resources"] == {GPU_RESOURCE: 1} for w in workers)
         # training workers start with glibc's mmap threshold pinned (see elastic_tasks.cluster)
         env = client.run(lambda: os.environ.get("MALLOC_MMAP_THRESHOLD_"))
