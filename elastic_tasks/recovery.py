@@ -103,6 +103,7 @@ class Recovery:
             reported = dict(pump.heard.failed.get(failed_version, {}))
             survivors = tuple(u for u in members if u in reported and not job.dead(u))
             lost = tuple(u for u in members if u not in survivors)
+            why = "; ".join(why_lost(job, u) for u in lost)  # before drop(): it cancels their tasks
             job.drop(lost)
             last_status = job.status()
             last_step = max([*reported.values(), last_status.step if last_status else 0])
@@ -123,10 +124,10 @@ class Recovery:
             if new_plan.source == FROM_CHECKPOINT:
                 log.warning(
                     "job %s: generation %d lost every rank (%s); %d new rank(s) resume from the last checkpoint",
-                    job.job_id, failed_version, "; ".join(why_lost(job, u) for u in lost), len(survivors),
+                    job.job_id, failed_version, why, len(survivors),
                 )  # fmt: skip
             else:
-                log.warning("job %s: generation %d lost %s; %d survivor(s) continue", job.job_id, failed_version, lost, len(survivors))
+                log.warning("job %s: generation %d lost %s; %d survivor(s) continue", job.job_id, failed_version, why, len(survivors))
             job.publish(new_plan)
             job.members, job.global_batch = new_plan.members, new_plan.global_batch
             record = RecoveryRecord(failed_version, version, survivors, lost, resumed, last_step, None, new_plan.source == FROM_CHECKPOINT)
