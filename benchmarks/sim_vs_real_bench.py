@@ -43,7 +43,7 @@ WARMUP_STEPS = 3  # steps dropped at the start of each generation: slow after a 
 SAMPLES = [16384, 8192, 8192]
 # Each job >= 2 min even alone on both workers: resnet_small at batch 256 on 2 workers measured
 # 97 ms a step here (2,640 samples/s; 2026-11-25, quick --refit run), so >= 317k samples each.
-REFIT_SAMPLES = [491520, 327680, 327680]
+REFIT_SAMPLES = [737280, 491520, 491520]
 JOB_IDS = ["job-a", "job-b", "job-c"]
 
 
@@ -247,7 +247,12 @@ def main() -> None:
     if args.runs < 1 or (args.runs > 1 and not args.refit):
         ap.error("--runs: a positive count, and only with --refit")
 
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from flows.console import library_environment
+
+    # The CLI's own Prefect settings (telemetry off, 120 s for the temporary server to start:
+    # a first start on a fresh Prefect home migrates its database and took > 20 s here).
+    for name, value in library_environment(verbose=True).items():
+        os.environ.setdefault(name, value)
     state = Path(tempfile.mkdtemp(prefix="sim-vs-real-"))
     os.environ["MALLEABLE_STATE_DIR"] = str(state)
     os.environ["MALLEABLE_EXPERIMENT"] = "sim-vs-real"
