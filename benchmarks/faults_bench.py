@@ -38,6 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tests.bad_input_cases import CASES, describe, make_inputs, run_case  # noqa: E402
+from tests.recipe_sources import failing_forward_recipe  # noqa: E402
 
 Figures = dict[str, float]
 TIME_LIMIT_S = 120.0
@@ -133,27 +134,7 @@ PROFILE = {
     "workload": "mlp_tiny", "hardware": "bench", "num_params": 6532, "batch_sizes": [8, 16, 32, 64],
     "iter_times_s": [0.004, 0.006, 0.010, 0.018], "max_batch_per_gpu": 64,
 }  # fmt: skip
-FAILING_RECIPE = """
-import dataclasses, time
-import torch.distributed as dist
-from elastic_tasks.examples import mlp_tiny
-
-def recipe():
-    base = mlp_tiny()
-    build = base.build_model
-    def build_model():
-        model = build()
-        forward = model.forward
-        def failing(x):
-            if dist.is_initialized():  # fine in the pre-flight check, fails in a rank
-                with open("failed_at", "w") as f:
-                    f.write(repr(time.time()))
-                raise RuntimeError("injected failure")
-            return forward(x)
-        model.forward = failing
-        return model
-    return dataclasses.replace(base, name="failing", build_model=build_model)
-"""
+FAILING_RECIPE = failing_forward_recipe("failing", "injected failure", stamp_file="failed_at")
 
 
 def _jobs_file(path: Path, jobs: list[dict]) -> None:

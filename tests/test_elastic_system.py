@@ -14,7 +14,6 @@ the update or the optimizer state of a step shows up at the loss's own scale (~1
 import os
 import signal
 import site
-import textwrap
 import time
 
 import numpy as np
@@ -30,6 +29,7 @@ from elastic_tasks.protocol import PlanKind, RankExit, TrainConfig
 from elastic_tasks.recipe import EntryPointError
 from elastic_tasks.sharding import EpochSampler, rank_slice
 from elastic_tasks.straggler import StragglerDetector
+from tests.recipe_sources import failing_forward_recipe
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -130,35 +130,7 @@ def test_worker_killed_mid_run_job_shrinks_and_finishes(client, reference):
     assert diff < LOSS_TOL, f"max |loss difference| {diff:.3g}"
 
 
-# Fine in the coordinator's import check (no process group); fails in the ranks' first step.
-WORDY_RECIPE = textwrap.dedent(
-    """
-    import dataclasses
-
-    import torch.distributed as dist
-
-    from elastic_tasks.examples import mlp_tiny
-
-
-    def recipe():
-        base = mlp_tiny()
-        build = base.build_model
-
-        def build_model():
-            model = build()
-            forward = model.forward
-
-            def failing_forward(x):
-                if dist.is_initialized():
-                    raise RuntimeError("connection to the feature store timed out")
-                return forward(x)
-
-            model.forward = failing_forward
-            return model
-
-        return dataclasses.replace(base, name="wordy", build_model=build_model)
-    """
-)
+WORDY_RECIPE = failing_forward_recipe("wordy", "connection to the feature store timed out")
 
 
 def test_a_recipe_error_that_reads_like_a_network_one_fails_the_job(client, tmp_path, monkeypatch):
@@ -247,7 +219,7 @@ def test_dask_executor_runs_the_allocator_loop_on_real_jobs(client):
     assert not executor.pool.busy
 
 
-def test_every_rank_lost_resumes_from_the_last_checkpoint(client, reference, tmp_path):
+def test_every_rank_lost_resumes_from_the_last_checkpoint(client, reference, tmp_path, caplog):
     job = _job(client, "all-lost", delays={i: 0.1 for i in range(2)}, checkpoint_dir=str(tmp_path), checkpoint_every=5)
     job.start(2)
     while (s := job.status()) is None or s.step < 12:
@@ -259,6 +231,9 @@ def test_every_rank_lost_resumes_from_the_last_checkpoint(client, reference, tmp
     assert result.finished and result.steps == STEPS
     rec = result.recoveries[0]
     assert rec.from_checkpoint and rec.survivors and len(rec.lost) == 2
+    # The log says why each rank was given up (their workers died), not what dropping them did.
+    said = [r.getMessage() for r in caplog.records if "lost every rank" in r.getMessage()]
+    assert len(said) == 1 and all(u in said[0] for u in rec.lost) and "cancelled" not in said[0], said
     assert rec.resumed_step % 5 == 0 and 10 <= rec.resumed_step <= 15
     S = JobState
     assert job.lifecycle.history == (S.INIT, S.STARTING, S.RUNNING, S.RECOVERING, S.RUNNING, S.SUCCEEDED)

@@ -6,50 +6,19 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.recipe_sources import failing_forward_recipe
+
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 
-BROKEN = textwrap.dedent(
-    """
-    import dataclasses
-
-    import torch.distributed as dist
-
-    from elastic_tasks.examples import mlp_tiny
-
-
-    class Breaks(dist.__class__ if False else object):
-        pass
-
-
-    def recipe():
-        base = mlp_tiny()
-        build = base.build_model
-
-        def build_model():
-            model = build()
-            forward = model.forward
-
-            def failing_forward(x):
-                # Fine in the pre-flight check (no process group); fails in a rank's first steps.
-                if dist.is_initialized():
-                    raise RuntimeError("boom in the user's forward")
-                return forward(x)
-
-            model.forward = failing_forward
-            return model
-
-        return dataclasses.replace(base, name="broken", build_model=build_model)
-    """
-)
+BROKEN = failing_forward_recipe("broken", "boom in the user's forward")
 
 
 def test_a_job_failing_in_its_ranks_is_reported_and_the_others_finish(tmp_path):

@@ -1,0 +1,43 @@
+"""Source text of recipe modules that tests and benchmarks write into a job's directory.
+
+A recipe module on disk (not a function here) because the ranks import it by entry point, as
+they would a user's.
+"""
+
+from __future__ import annotations
+
+
+def failing_forward_recipe(name: str, message: str, stamp_file: str | None = None) -> str:
+    """``mlp_tiny`` whose forward raises ``RuntimeError(message)`` once a process group exists.
+
+    Fine in the coordinator's pre-flight check (no process group), so it fails in the ranks'
+    first step. ``stamp_file``: the failing rank first writes ``time.time()`` there.
+    """
+    stamp = f"with open({stamp_file!r}, 'w') as f:\n                    f.write(repr(time.time()))\n                " if stamp_file else ""
+    return f"""
+import dataclasses
+import time
+
+import torch.distributed as dist
+
+from elastic_tasks.examples import mlp_tiny
+
+
+def recipe():
+    base = mlp_tiny()
+    build = base.build_model
+
+    def build_model():
+        model = build()
+        forward = model.forward
+
+        def failing_forward(x):
+            if dist.is_initialized():
+                {stamp}raise RuntimeError({message!r})
+            return forward(x)
+
+        model.forward = failing_forward
+        return model
+
+    return dataclasses.replace(base, name={name!r}, build_model=build_model)
+"""
