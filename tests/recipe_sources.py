@@ -13,7 +13,6 @@ def failing_forward_recipe(name: str, message: str, stamp_file: str | None = Non
     Fine in the coordinator's pre-flight check (no process group), so it fails in the ranks'
     first step. ``stamp_file``: the failing rank first writes ``time.time()`` there.
     """
-    stamp = f"with open({stamp_file!r}, 'w') as f:\n                    f.write(repr(time.time()))\n                " if stamp_file else ""
     return f"""
 import dataclasses
 import time
@@ -21,6 +20,8 @@ import time
 import torch.distributed as dist
 
 from elastic_tasks.examples import mlp_tiny
+
+STAMP_FILE = {stamp_file!r}
 
 
 def recipe():
@@ -33,7 +34,10 @@ def recipe():
 
         def failing_forward(x):
             if dist.is_initialized():
-                {stamp}raise RuntimeError({message!r})
+                if STAMP_FILE:
+                    with open(STAMP_FILE, "w") as f:
+                        f.write(repr(time.time()))
+                raise RuntimeError({message!r})
             return forward(x)
 
         model.forward = failing_forward
