@@ -11,7 +11,7 @@ A job entry::
     # optional: workload, min_gpus, gpus (requested, for non-elastic/fixed), elastic,
     #           arrival_s, fixed_batch, priority, deadline_s, seed
 
-File reading and path resolution live in ``flows.jobfile``; this module only validates.
+File reading and path resolution live in ``flows.config.jobfile``; this module only validates.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 first (what the CLI did before: torch, Prefect, MLflow at start), side by side in one run.
 
 Figures:
-  help_s             median wall time of `python -m flows.cli --help` (fresh process each run)
+  help_s             median wall time of `python -m flows.commands.cli --help` (fresh process each run)
   eager_help_s       median wall time of the same after importing every command module (the old CLI)
   version_s          median wall time of `--version`
   speedup            eager_help_s / help_s
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-EAGER = "import importlib\nfrom flows.cli import COMMANDS\nfor c in COMMANDS:\n    importlib.import_module(c.target.split(':')[0])\n"
+EAGER = "import importlib\nfrom flows.commands.cli import COMMANDS\nfor c in COMMANDS:\n    importlib.import_module(c.target.split(':')[0])\n"
 
 
 def _timed(code: str, repeats: int) -> float:
@@ -38,7 +38,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    run_help = "from flows.cli import app\ntry:\n    app(['--help'])\nexcept SystemExit:\n    pass\n"
+    run_help = "from flows.commands.cli import app\ntry:\n    app(['--help'])\nexcept SystemExit:\n    pass\n"
     run_version = run_help.replace("--help", "--version")
     heavy_probe = run_help + "import sys\nprint(sum(m in sys.modules for m in ('torch', 'prefect', 'mlflow', 'distributed')))\n"
     heavy = int(subprocess.run([sys.executable, "-c", heavy_probe], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1])

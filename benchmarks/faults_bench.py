@@ -61,7 +61,7 @@ def _cli(args: list[str], cwd: Path, **env: str) -> tuple[int, list[str], bool, 
     full = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "250", **env}
     started = time.monotonic()
     try:
-        proc = subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=cwd, env=full, capture_output=True, text=True, timeout=TIME_LIMIT_S)
+        proc = subprocess.run([sys.executable, "-m", "flows.commands.cli", *args], cwd=cwd, env=full, capture_output=True, text=True, timeout=TIME_LIMIT_S)
     except subprocess.TimeoutExpired:
         return -1, [], False, TIME_LIMIT_S
     out = proc.stdout + proc.stderr
@@ -90,7 +90,7 @@ def damaged_state(work: Path) -> Figures:
     root.mkdir()
     db, journal = root / "mlflow.db", root / "buffer.jsonl"
     uri = f"sqlite:///{db}"
-    tracker = f"from flows.tracking import MetricPoint, Tracker\nt = Tracker({uri!r}, 'exp', {str(journal)!r}, notify=print)\n"
+    tracker = f"from flows.recording.tracking import MetricPoint, Tracker\nt = Tracker({uri!r}, 'exp', {str(journal)!r}, notify=print)\n"
     _python(tracker + "t.end_run(t.start_run('before'))\n")
     os.truncate(db, db.stat().st_size // 2)
     proc = _python(tracker + "r = t.start_run('during'); t.log_metrics(r, [MetricPoint('loss', v, i) for i, v in enumerate([3.0, 2.0, 1.0])]); t.end_run(r)\n")
@@ -175,7 +175,7 @@ def job_failure(work: Path) -> Figures:
     (root / "failing.py").write_text(FAILING_RECIPE)
     _jobs_file(root / "jobs.yaml", [{"id": "bad", "workload": "failing:recipe", "samples": 50_000}, {"id": "good", "workload": "mlp_tiny", "samples": 30_000}])
     try:
-        proc = subprocess.run([sys.executable, "-m", "flows.cli", "run", "jobs.yaml"], cwd=root, env=_run_env(work), capture_output=True, text=True, timeout=TIME_LIMIT_S * 2)
+        proc = subprocess.run([sys.executable, "-m", "flows.commands.cli", "run", "jobs.yaml"], cwd=root, env=_run_env(work), capture_output=True, text=True, timeout=TIME_LIMIT_S * 2)
     except subprocess.TimeoutExpired:
         return {"faults_injected": 1, "faults_survived": 0, "hangs": 1}
     exited = time.time()
@@ -195,7 +195,7 @@ def sigint(work: Path) -> Figures:
     root = work / "sigint"
     root.mkdir()
     _jobs_file(root / "jobs.yaml", [{"id": "long", "workload": "mlp_tiny", "samples": 5_000_000, "max_gpus": 2, "max_batch": 128}])
-    proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "run", "jobs.yaml"], cwd=root, env=_run_env(work), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen([sys.executable, "-m", "flows.commands.cli", "run", "jobs.yaml"], cwd=root, env=_run_env(work), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     store = root / ".malleable"
     deadline = time.monotonic() + TIME_LIMIT_S
     # Interrupt once training is under way: the job has written its first checkpoint.

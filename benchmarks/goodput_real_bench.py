@@ -34,8 +34,8 @@ from deploy.local import local_gpu_cluster
 from elastic_tasks.cluster import warm_up
 from elastic_tasks.examples.recipes import resnet_small
 from elastic_tasks.executor import DaskExecutor, JobSettings
-from elastic_tasks.profile_settings import ProfileSettings
-from elastic_tasks.profiler import profile_recipe
+from elastic_tasks.profiling.settings import ProfileSettings
+from elastic_tasks.profiling.profiler import profile_recipe
 
 ENTRY = "elastic_tasks.examples.recipes:resnet_small"
 WORKERS = 3

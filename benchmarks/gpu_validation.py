@@ -70,8 +70,8 @@ def device_assignment(args: argparse.Namespace) -> dict[str, object]:
 
 def _adam_state(device: torch.device, name: str = "resnet_10m"):
     from elastic_tasks.examples import EXAMPLES
-    from elastic_tasks.scaling import LRRamp
-    from elastic_tasks.state import ElasticState, TrainMeta
+    from elastic_tasks.rank.scaling import LRRamp
+    from elastic_tasks.rank.state import ElasticState, TrainMeta
 
     torch.manual_seed(0)
     recipe = EXAMPLES[name]()
@@ -88,7 +88,7 @@ def _adam_state(device: torch.device, name: str = "resnet_10m"):
 
 def state_round_trip(args: argparse.Namespace) -> dict[str, object]:
     _need_gpus(1)
-    from elastic_tasks.state import buckets
+    from elastic_tasks.rank.state import buckets
 
     device = torch.device("cuda", 0)
     src, dst = _adam_state(device), _adam_state(device)
@@ -130,8 +130,8 @@ def profile_amp(args: argparse.Namespace) -> dict[str, object]:
     _need_gpus(1)
     from allocator.types import AllreduceModel
     from elastic_tasks.examples import EXAMPLES, tiny_lm
-    from elastic_tasks.profile_settings import ProfileSettings
-    from elastic_tasks.profiler import profile_recipe
+    from elastic_tasks.profiling.settings import ProfileSettings
+    from elastic_tasks.profiling.profiler import profile_recipe
 
     no_comm = AllreduceModel(latency_s=1e-4, seconds_per_param=1e-9)
     settings = ProfileSettings(batch_sizes=args.batches, warmup=3, repeats=args.repeats, device="cuda:0", max_batch_per_gpu=max(args.batches))

@@ -2,7 +2,7 @@
 
 Each example trains on one process the way a rank does (the recipe's model, data, optimizer
 and LR; the trainer's sample stream and loss scaling), with global batch ``--batch`` split
-into ``--micro`` micro-batches, for ``--epochs`` epochs. ``elastic_tasks.noise_scale`` (the
+into ``--micro`` micro-batches, for ``--epochs`` epochs. ``elastic_tasks.rank.noise_scale`` (the
 trainer's own estimator, one-rank/accumulation path) measures B_noise every step; the file
 keeps the smoothed value at ``--points`` evenly spaced fractions of the run.
 
@@ -26,9 +26,9 @@ import numpy as np
 import torch
 
 from elastic_tasks.examples import recipes
-from elastic_tasks.noise_scale import GradientNoiseProbe
+from elastic_tasks.rank.noise_scale import GradientNoiseProbe
 from elastic_tasks.recipe import TrainingRecipe, collate
-from elastic_tasks.sharding import EpochSampler
+from elastic_tasks.rank.sharding import EpochSampler
 
 OUT = Path(__file__).resolve().parent / "data" / "noise_trajectories.json"
 
@@ -91,7 +91,7 @@ def main() -> None:
     torch.set_num_threads(1)
     result = {
         "source": "benchmarks/measure_noise_scale.py " + f"--batch {args.batch} --micro {args.micro} --epochs {args.epochs} --points {args.points}",
-        "estimator": "elastic_tasks.noise_scale.GradientNoiseProbe (one rank, accumulation micro-batches), EMA 0.95",
+        "estimator": "elastic_tasks.rank.noise_scale.GradientNoiseProbe (one rank, accumulation micro-batches), EMA 0.95",
         "workloads": {},
     }
     for workload, (example, factory) in CATEGORY_EXAMPLES.items():

@@ -31,9 +31,9 @@ import torch
 from allocator.profile_io import profile_to_dict
 from allocator.throughput import fit_allreduce, t_comm, t_proc, throughput
 from elastic_tasks.examples import EXAMPLES
-from elastic_tasks.allreduce_timing import measure_allreduce
-from elastic_tasks.profile_settings import ProfileSettings
-from elastic_tasks.profiler import hardware_fingerprint, profile_recipe
+from elastic_tasks.profiling.allreduce_timing import measure_allreduce
+from elastic_tasks.profiling.settings import ProfileSettings
+from elastic_tasks.profiling.profiler import hardware_fingerprint, profile_recipe
 
 MODELS = ("resnet_10m", "alexnet_10m", "vgg_10m")
 B_REF = 32

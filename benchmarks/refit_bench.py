@@ -27,10 +27,10 @@ from distributed import Client
 from allocator.refit import OnlineThroughputFit, StepObservation
 from deploy.local import local_gpu_cluster
 from elastic_tasks.cluster import WorkerPool, warm_up
-from elastic_tasks.coordinator import JobCoordinator
+from elastic_tasks.coordinator.job import JobCoordinator
 from elastic_tasks.examples.recipes import resnet_small
 from elastic_tasks.protocol import TrainConfig
-from elastic_tasks.scaling import accumulation_steps
+from elastic_tasks.rank.scaling import accumulation_steps
 
 ENTRY = "elastic_tasks.examples.recipes:resnet_small"
 CAP = 16

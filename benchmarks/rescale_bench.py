@@ -37,7 +37,7 @@ from distributed import Client, get_worker
 
 from deploy.local import local_gpu_cluster
 from elastic_tasks.cluster import WorkerPool, warm_up, worker_info
-from elastic_tasks.coordinator import JobCoordinator
+from elastic_tasks.coordinator.job import JobCoordinator
 from elastic_tasks.protocol import TrainConfig
 
 ENTRY = "elastic_tasks.examples.recipes:alexnet_10m"

@@ -157,7 +157,7 @@ def decision_ms(workdir: Path) -> tuple[float, float]:
 class Serve:
     def __init__(self, cwd: Path, env: dict) -> None:
         self.lines: list[tuple[float, str]] = []
-        self.proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "serve"], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        self.proc = subprocess.Popen([sys.executable, "-m", "flows.commands.cli", "serve"], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:

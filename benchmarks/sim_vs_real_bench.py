@@ -59,7 +59,7 @@ def calibrate_on_one_worker(entrypoint: str, batches: list[int], steps: int) -> 
 
     from deploy.clusters import connect
     from elastic_tasks.cluster import WorkerPool, warm_up
-    from elastic_tasks.coordinator import JobCoordinator
+    from elastic_tasks.coordinator.job import JobCoordinator
     from elastic_tasks.protocol import TrainConfig
 
     step_s, fixed_s = [], []
@@ -84,8 +84,8 @@ def profile_on_one_worker(entrypoint: str, profile):
 
     from deploy.clusters import connect
     from elastic_tasks.cluster import warm_up
-    from elastic_tasks.profile_dask import submit_profile
-    from elastic_tasks.profiler import ProfileSettings
+    from elastic_tasks.profiling.on_workers import submit_profile
+    from elastic_tasks.profiling.profiler import ProfileSettings
 
     settings = ProfileSettings(batch_sizes=profile.batch_sizes, repeats=5, warmup=2, threads=1)
     with connect("local", workers=1) as client:
@@ -108,7 +108,7 @@ def refit_profile(history, prior):
     """The job's model fitted on its own steps (``allocator.refit``; ``prior`` only where the steps say
     nothing). A job that never ran on several ranks keeps the prior's allreduce."""
     from allocator.refit import OnlineThroughputFit, StepObservation
-    from elastic_tasks.scaling import accumulation_steps
+    from elastic_tasks.rank.scaling import accumulation_steps
 
     fit, several = OnlineThroughputFit(prior.num_params, prior=prior), False
     for gen in generations(history):
@@ -247,7 +247,7 @@ def main() -> None:
     if args.runs < 1 or (args.runs > 1 and not args.refit):
         ap.error("--runs: a positive count, and only with --refit")
 
-    from flows.console import library_environment
+    from flows.commands.console import library_environment
 
     # The CLI's own Prefect settings (telemetry off, 120 s for the temporary server to start:
     # a first start on a fresh Prefect home migrates its database and took > 20 s here).

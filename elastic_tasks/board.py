@@ -51,7 +51,7 @@ class JobStatus:
     global_batch: int
     loss: float
     time: float
-    noise_scale: float | None = None  # smoothed gradient noise scale (elastic_tasks.noise_scale), for goodput policies
+    noise_scale: float | None = None  # smoothed gradient noise scale (elastic_tasks.rank.noise_scale), for goodput policies
 
 
 class JobBoard:

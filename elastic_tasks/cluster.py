@@ -15,7 +15,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.comm import get_address_host
 
 from elastic_tasks.devices import loopback_warning
-from elastic_tasks.packing import choose_workers
+from elastic_tasks.coordinator.packing import choose_workers
 
 log = logging.getLogger(__name__)
 
@@ -56,11 +56,11 @@ def warm_up_trainer(client: Client) -> None:
 
 
 def _import_trainer() -> None:
-    import elastic_tasks.trainer  # noqa: F401  (what a rank task's pickle refers to)
+    import elastic_tasks.rank.trainer  # noqa: F401  (what a rank task's pickle refers to)
 
 
 def _warm(entrypoint: str) -> None:
-    import elastic_tasks.trainer  # noqa: F401  (torch.distributed, DDP)
+    import elastic_tasks.rank.trainer  # noqa: F401  (torch.distributed, DDP)
     from elastic_tasks.recipe import load_entry_point
 
     recipe = load_entry_point(entrypoint)

@@ -41,11 +41,11 @@ from allocator.execution import JobFailure, share_changes
 from allocator.goodput import NoiseModel, WorkMeter, raw_sample_budget
 from allocator.types import Allocation, JobSpec, RescaleEvent, RescaleKind, Share, ThroughputProfile
 from elastic_tasks.cluster import WorkerPool
-from elastic_tasks.coordinator import JobCoordinator
-from elastic_tasks.outcomes import JobResult
-from elastic_tasks.packing import host_of
+from elastic_tasks.coordinator.job import JobCoordinator
+from elastic_tasks.coordinator.outcomes import JobResult
+from elastic_tasks.coordinator.packing import host_of
 from elastic_tasks.protocol import TrainConfig
-from elastic_tasks.refit_watch import JobRefit, RefitSettings
+from elastic_tasks.coordinator.refit_watch import JobRefit, RefitSettings
 
 
 class WallClock:

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import torch
 
 from elastic_tasks.recipe import EntryPointError, TrainingRecipe
-from elastic_tasks.step import autocast
+from elastic_tasks.rank.step import autocast
 
 T = TypeVar("T")
 

@@ -159,7 +159,7 @@ class StepRecord:
     wall_s: float = 0.0  # from this step's start to the next step's start, on the recording rank
     agree_s: float = 0.0  # of which spent blocked on this step's agreement (it overlaps the next step)
     cpu_s: float = 0.0  # CPU time of the recording rank's process (all its threads) over wall_s
-    noise_scale: float | None = None  # smoothed gradient noise scale B_noise so far (elastic_tasks.noise_scale)
+    noise_scale: float | None = None  # smoothed gradient noise scale B_noise so far (elastic_tasks.rank.noise_scale)
     # The samples ``loss``/``accuracy`` average over when not the global batch: the step's
     # agreement failed with its group (a peer died), so only this rank's own samples are known.
     loss_samples: int | None = None

@@ -28,19 +28,19 @@ from allocator.specs import JobsFile
 from allocator.types import Allocation, JobSpec
 from deploy.clusters import KubeSpec, connect
 from elastic_tasks.cluster import warm_up
-from elastic_tasks.coordinator import JobCoordinator
+from elastic_tasks.coordinator.job import JobCoordinator
 from elastic_tasks.executor import JobSettings
-from elastic_tasks.outcomes import JobResult
+from elastic_tasks.coordinator.outcomes import JobResult
 from elastic_tasks.recipe import load_entry_point, resolve_workload
-from flows.interrupts import on_interrupt
-from flows.flow_artifacts import ProgressArtifact, publish_results, summary_markdown
-from flows.jobfile import load_jobs_file
-from flows.live_tracking import LiveRecorder
-from flows.record import MeasuredJob, RecordedRun, parent_params, record_run
-from flows.run_guard import status_for
+from flows.commands.interrupts import on_interrupt
+from flows.recording.artifacts import ProgressArtifact, publish_results, summary_markdown
+from flows.config.jobfile import load_jobs_file
+from flows.recording.live_tracking import LiveRecorder
+from flows.recording.record import MeasuredJob, RecordedRun, parent_params, record_run
+from flows.recording.run_guard import status_for
 from flows.retrain_flow import MissingPackageError, worth_retrying, wait_for_workers
-from flows.settings import load_settings
-from flows.tracking import MetricPoint, tracker_from_settings
+from flows.config.settings import load_settings
+from flows.recording.tracking import MetricPoint, tracker_from_settings
 from flows.service_tasks import live_service, submit_at_arrivals, wait_for_jobs
 from service.embedded import EmbeddedService
 from service.records import JobRow

@@ -1,4 +1,4 @@
-"""The ``compare`` flow: ``flows.comparison`` with Prefect artifacts, for deployments and the UI."""
+"""The ``compare`` flow: ``flows.recording.comparison`` with Prefect artifacts, for deployments and the UI."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from flows.comparison import CompareError, ComparedRun, Comparison, check_runs, compare_runs, find_runs, mixed_models_warning, plot_comparison
-from flows.flow_artifacts import artifact_key
+from flows.recording.comparison import CompareError, ComparedRun, Comparison, check_runs, compare_runs, find_runs, mixed_models_warning, plot_comparison
+from flows.recording.artifacts import artifact_key
 
 __all__ = ["CompareError", "ComparedRun", "Comparison", "check_runs", "compare_flow", "find_runs", "mixed_models_warning", "plot_comparison"]
 

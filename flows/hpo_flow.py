@@ -33,13 +33,13 @@ from allocator.types import JobSpec
 from deploy.clusters import connect
 from elastic_tasks.cluster import warm_up
 from elastic_tasks.hpo_trial import TrialRecipeSpec, trial_entrypoint
-from flows.flow_artifacts import artifact_key
-from flows.hpo_file import load_hpo_file
-from flows.interrupts import on_interrupt
-from flows.run_guard import RunGuard
+from flows.recording.artifacts import artifact_key
+from flows.config.hpo_file import load_hpo_file
+from flows.commands.interrupts import on_interrupt
+from flows.recording.run_guard import RunGuard
 from flows.service_tasks import EmbeddedSession, JobSession, LiveSession, live_service
-from flows.settings import Settings, load_settings
-from flows.tracking import MetricPoint, Tracker, tracker_from_settings
+from flows.config.settings import Settings, load_settings
+from flows.recording.tracking import MetricPoint, Tracker, tracker_from_settings
 from service.embedded import EmbeddedService
 from service.records import JobRow, JobState
 from service.runner import ServiceConfig

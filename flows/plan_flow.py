@@ -9,8 +9,8 @@ from prefect import flow
 from allocator.plan import Plan, make_plan
 from allocator.policies import make_policy
 from allocator.types import JobSpec
-from flows.flow_artifacts import artifact_key
-from flows.jobfile import load_jobs_file
+from flows.recording.artifacts import artifact_key
+from flows.config.jobfile import load_jobs_file
 from prefect.artifacts import create_table_artifact
 
 

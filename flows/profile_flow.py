@@ -26,13 +26,13 @@ from distributed import Client
 from allocator.profile_io import profile_from_dict, profile_to_dict
 from allocator.throughput import fit_allreduce
 from allocator.types import AllreduceModel, ThroughputProfile
-from elastic_tasks.allreduce_timing import measure_allreduce
+from elastic_tasks.profiling.allreduce_timing import measure_allreduce
 from elastic_tasks.devices import default_backend, rank_device
-from elastic_tasks.profile_dask import WorkerIdentity, submit_identity, submit_profile
-from elastic_tasks.profile_settings import ProfileSettings
-from elastic_tasks.profiler import default_allreduce_params, hardware_fingerprint, profile_recipe
+from elastic_tasks.profiling.on_workers import WorkerIdentity, submit_identity, submit_profile
+from elastic_tasks.profiling.settings import ProfileSettings
+from elastic_tasks.profiling.profiler import default_allreduce_params, hardware_fingerprint, profile_recipe
 from elastic_tasks.recipe import load_entry_point
-from flows.flow_artifacts import artifact_key
+from flows.recording.artifacts import artifact_key
 
 
 def profile_cache_key(entrypoint: str, settings: ProfileSettings, allreduce: AllreduceModel | None) -> str:

@@ -19,7 +19,7 @@ from allocator.loop import StepReport
 from allocator.profile_io import profile_to_dict
 from flows.cluster_flow import ClusterOutcome, cluster_flow
 from flows.profile_flow import profile_flow
-from flows.settings import load_settings
+from flows.config.settings import load_settings
 
 MODEL = "alexnet_small"
 

@@ -16,10 +16,10 @@ from prefect.artifacts import create_table_artifact
 from allocator.simulator import RescaleCost
 from allocator.simulator.experiments import EXPERIMENTS, SEED000_INTERVAL_S, Outcome, Setting, run_setting
 from allocator.workloads.seed000 import load_category_profiles
-from flows.flow_artifacts import artifact_key
-from flows.record import summary_metrics
-from flows.settings import load_settings
-from flows.tracking import MetricPoint, tracker_from_settings
+from flows.recording.artifacts import artifact_key
+from flows.recording.record import summary_metrics
+from flows.config.settings import load_settings
+from flows.recording.tracking import MetricPoint, tracker_from_settings
 
 PROFILES = Path(__file__).resolve().parents[1] / "examples" / "profiles"
 

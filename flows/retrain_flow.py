@@ -22,18 +22,18 @@ from prefect.cache_policies import NO_CACHE
 from allocator.types import JobSpec, Share
 from deploy.clusters import KubeSpec, connect
 from elastic_tasks.cluster import WorkerPool, gpu_workers, worker_info
-from elastic_tasks.coordinator import JobCoordinator
-from elastic_tasks.outcomes import JobResult
+from elastic_tasks.coordinator.job import JobCoordinator
+from elastic_tasks.coordinator.outcomes import JobResult
 from elastic_tasks.protocol import TrainConfig
 from elastic_tasks.recipe import load_entry_point
-from elastic_tasks.state import read_checkpoint
-from flows.flow_artifacts import artifact_key
+from elastic_tasks.rank.state import read_checkpoint
+from flows.recording.artifacts import artifact_key
 from flows.plan_flow import plan_jobs
 from flows.profile_flow import profile_flow, profile_on_workers
-from flows.run_guard import RunGuard
+from flows.recording.run_guard import RunGuard
 from flows.service_tasks import live_service
-from flows.settings import Settings, load_settings
-from flows.tracking import MetricPoint, tracker_from_settings
+from flows.config.settings import Settings, load_settings
+from flows.recording.tracking import MetricPoint, tracker_from_settings
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from allocator.types import JobSpec
-from flows.settings import Settings
+from flows.config.settings import Settings
 from service.client import ServiceClient
 from service.lease import Lease
 from service.records import JobRow

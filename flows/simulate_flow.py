@@ -19,11 +19,11 @@ from allocator.policies import make_policy
 from allocator.simulator import RescaleCost, simulate
 from allocator.specs import JobsFile
 from allocator.types import JobSpec
-from flows.flow_artifacts import publish_results, summary_markdown
-from flows.jobfile import load_jobs_file
-from flows.record import JobOutcome, RecordedRun, record_run
-from flows.settings import load_settings
-from flows.tracking import tracker_from_settings
+from flows.recording.artifacts import publish_results, summary_markdown
+from flows.config.jobfile import load_jobs_file
+from flows.recording.record import JobOutcome, RecordedRun, record_run
+from flows.config.settings import load_settings
+from flows.recording.tracking import tracker_from_settings
 
 
 @dataclass(frozen=True, slots=True)

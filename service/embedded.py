@@ -13,7 +13,7 @@ from distributed import Client
 
 from allocator.loop import LoopResult, StepReport
 from allocator.types import JobSpec
-from elastic_tasks.outcomes import JobResult
+from elastic_tasks.coordinator.outcomes import JobResult
 from service.client import ServiceClient
 from service.records import JobRow
 from service.runner import Service, ServiceConfig

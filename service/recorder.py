@@ -14,7 +14,7 @@ from service.store import JobStore
 from service.tracking import ServiceTracking
 
 if TYPE_CHECKING:
-    from elastic_tasks.outcomes import JobResult
+    from elastic_tasks.coordinator.outcomes import JobResult
 
 _STATE = {
     JobPhase.QUEUED: JobState.QUEUED,

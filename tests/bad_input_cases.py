@@ -217,7 +217,7 @@ def run_case(case: BadInput, root: Path) -> Outcome:
     """Run ``case`` in-process in the inputs directory ``root`` (made by ``make_inputs``)."""
     from typer.testing import CliRunner
 
-    from flows.cli import app
+    from flows.commands.cli import app
 
     before = snapshot(root)
     cwd, path, bytecode = os.getcwd(), list(sys.path), sys.dont_write_bytecode

@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from elastic_tasks.agreement import Agreement, StepOutcome
+from elastic_tasks.rank.agreement import Agreement, StepOutcome
 from tests.gloo_pair import run_pair
 
 pytestmark = pytest.mark.timeout(120)

@@ -48,7 +48,7 @@ def test_no_traceback_reaches_stderr(case, inputs):
     before = snapshot(inputs)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(inputs)]), "COLUMNS": "250", "PYTHONDONTWRITEBYTECODE": "1", **dict(case.env)}
     proc = subprocess.run(
-        [sys.executable, "-m", "flows.cli", *case.args], cwd=inputs / case.cwd, env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "flows.commands.cli", *case.args], cwd=inputs / case.cwd, env=env, capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == case.code, proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
@@ -62,7 +62,7 @@ def test_compare_without_runs_creates_no_store(tmp_path, monkeypatch):
     """No recorded runs: exit 1, one line, and no mlflow.db appears."""
     from typer.testing import CliRunner
 
-    from flows.cli import app
+    from flows.commands.cli import app
 
     monkeypatch.chdir(tmp_path)
     result = CliRunner(env={"COLUMNS": "250"}).invoke(app, ["compare"])
@@ -79,7 +79,7 @@ def test_compare_with_unreachable_server_fails_fast(tmp_path, monkeypatch):
 
     from typer.testing import CliRunner
 
-    from flows.cli import app
+    from flows.commands.cli import app
 
     with socket.socket() as s:  # a port that was free a moment ago
         s.bind(("127.0.0.1", 0))
@@ -102,8 +102,8 @@ def _checkpoint(directory: Path, finished: bool) -> None:
     import torch
 
     from elastic_tasks.recipe import load_entry_point
-    from elastic_tasks.scaling import LRRamp
-    from elastic_tasks.state import ElasticState, TrainMeta
+    from elastic_tasks.rank.scaling import LRRamp
+    from elastic_tasks.rank.state import ElasticState, TrainMeta
 
     recipe = load_entry_point("elastic_tasks.examples:mlp_tiny")
     model = recipe.build_model()
@@ -116,7 +116,7 @@ def test_train_into_a_finished_checkpoint_dir_says_so_and_starts_nothing(tmp_pat
 
     from typer.testing import CliRunner
 
-    from flows.cli import app
+    from flows.commands.cli import app
 
     _checkpoint(tmp_path / "ckpt", finished=True)
     before = snapshot(tmp_path)
@@ -130,8 +130,8 @@ def test_train_into_a_finished_checkpoint_dir_says_so_and_starts_nothing(tmp_pat
 def test_train_with_a_damaged_checkpoint_names_it(tmp_path):
     from typer.testing import CliRunner
 
-    from flows.cli import app
-    from elastic_tasks.state import CHECKPOINT_NAME
+    from flows.commands.cli import app
+    from elastic_tasks.rank.state import CHECKPOINT_NAME
 
     _checkpoint(tmp_path / "ckpt", finished=False)
     path = tmp_path / "ckpt" / CHECKPOINT_NAME
@@ -149,8 +149,8 @@ def test_a_user_entry_point_raising_is_one_line_and_v_adds_its_traceback(tmp_pat
 
     (tmp_path / "buggy.py").write_text("def recipe():\n    return 1 / 0\n")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    plain = subprocess.run([sys.executable, "-m", "flows.cli", "train", "buggy:recipe"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-    verbose = subprocess.run([sys.executable, "-m", "flows.cli", "-v", "train", "buggy:recipe"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    plain = subprocess.run([sys.executable, "-m", "flows.commands.cli", "train", "buggy:recipe"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    verbose = subprocess.run([sys.executable, "-m", "flows.commands.cli", "-v", "train", "buggy:recipe"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert plain.returncode == verbose.returncode == 2
     lines = [x for x in plain.stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and "ZeroDivisionError" in lines[0] and "Traceback" not in plain.stderr

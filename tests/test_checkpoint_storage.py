@@ -9,8 +9,8 @@ import fsspec
 import pytest
 import torch
 
-from elastic_tasks.scaling import LRRamp
-from elastic_tasks.state import CHECKPOINT_NAME, ElasticState, TrainMeta, has_checkpoint, read_meta
+from elastic_tasks.rank.scaling import LRRamp
+from elastic_tasks.rank.state import CHECKPOINT_NAME, ElasticState, TrainMeta, has_checkpoint, read_meta
 
 
 def _trained_state(seed: int, steps: int) -> ElasticState:
@@ -74,7 +74,7 @@ def test_missing_checkpoint_is_named(tmp_path):
 def test_checkpoint_setting_takes_a_path_or_a_url(tmp_path, monkeypatch):
     from pathlib import Path
 
-    from flows.settings import SettingsError, load_settings
+    from flows.config.settings import SettingsError, load_settings
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MALLEABLE_CHECKPOINT_DIR", raising=False)

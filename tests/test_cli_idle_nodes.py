@@ -6,7 +6,7 @@ import json
 
 from typer.testing import CliRunner
 
-from flows.cli import app
+from flows.commands.cli import app
 
 runner = CliRunner()
 

@@ -9,7 +9,7 @@ from flows.commands.train import missed_rescales
 
 def _result(moves: list[tuple[int, int, int]]):
     """A JobResult whose generations are (step, before, after) after a start on ``moves[0][2]`` GPUs."""
-    from elastic_tasks.outcomes import JobResult, RescaleOutcome
+    from elastic_tasks.coordinator.outcomes import JobResult, RescaleOutcome
     from elastic_tasks.protocol import PlanKind
 
     kinds = list(PlanKind)
@@ -35,7 +35,7 @@ def test_workers_without_the_gpu_resource_are_named_at_once():
 
 
 def test_mixed_models_side_by_side_are_flagged():
-    from flows.comparison import ComparedRun, mixed_models_warning
+    from flows.recording.comparison import ComparedRun, mixed_models_warning
 
     def run(name: str, workloads: tuple[str, ...]) -> ComparedRun:
         return ComparedRun(name, name, "real", "elastic_dp", "4", (), (), workloads)
@@ -51,7 +51,7 @@ def test_compare_table_reads_at_80_columns():
     from rich.console import Console
 
     from flows.commands.compare import HEADINGS, comparison_table
-    from flows.comparison import ComparedRun, Comparison
+    from flows.recording.comparison import ComparedRun, Comparison
 
     summary = tuple((k, 123.456) for k in HEADINGS)
     runs = tuple(ComparedRun(f"id{i}", name, "simulated", "elastic_dp", "64", summary, ()) for i, name in enumerate(["elastic", "fixed-batch-baseline", "idle-nodes"]))

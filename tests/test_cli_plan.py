@@ -7,7 +7,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from flows.cli import app
+from flows.commands.cli import app
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "jobs.yaml"
 runner = CliRunner(env={"COLUMNS": "200"})

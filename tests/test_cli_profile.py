@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from allocator.profile_io import profile_from_dict
-from flows.cli import app
+from flows.commands.cli import app
 
 runner = CliRunner(env={"COLUMNS": "200"})
 FAST = ["--batches", "4,8", "--repeats", "1", "--warmup", "0", "--gpus-for-allreduce", "1", "--threads", "1"]

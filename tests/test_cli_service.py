@@ -8,7 +8,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from flows.cli import app
+from flows.commands.cli import app
 from service.records import JobState
 from service.store import JobStore
 

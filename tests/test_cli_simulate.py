@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from allocator.workloads.arrivals import ArrivalSpec, generate_jobs
 from allocator.workloads.trace import write_trace
-from flows.cli import app
+from flows.commands.cli import app
 from tests.sim_helpers import PROFILES
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "jobs.yaml"

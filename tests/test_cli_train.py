@@ -5,7 +5,7 @@ import multiprocessing
 import pytest
 from typer.testing import CliRunner
 
-from flows.cli import app
+from flows.commands.cli import app
 from flows.commands.train import parse_rescales
 
 runner = CliRunner()

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from flows.local_state import sqlite_damage
-from flows.run_guard import RunGuard
-from flows.tracking import MetricPoint, Tracker
+from flows.config.local_state import sqlite_damage
+from flows.recording.run_guard import RunGuard
+from flows.recording.tracking import MetricPoint, Tracker
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -126,7 +126,7 @@ def test_torn_last_journal_line_is_skipped_and_the_rest_kept(tmp_path):
 def test_compare_names_a_damaged_store(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from flows.cli import app
+    from flows.commands.cli import app
 
     (tmp_path / ".malleable").mkdir()
     _store_dir = tmp_path / ".malleable"
@@ -156,7 +156,7 @@ def test_damaged_prefect_database_is_one_line(tmp_path):
     env.pop("PREFECT_API_DATABASE_CONNECTION_URL", None)
     env.pop("PREFECT_SERVER_DATABASE_CONNECTION_URL", None)
     # quickstart: a command that runs a flow (compare reads MLflow only and needs no Prefect).
-    proc = subprocess.run([sys.executable, "-m", "flows.cli", "quickstart"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "flows.commands.cli", "quickstart"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     out = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
     assert proc.returncode == 2, proc.stderr
     assert len(out) == 1 and "Traceback" not in proc.stderr, out
@@ -191,7 +191,7 @@ def test_a_tracked_command_on_a_truncated_store_keeps_its_results(tmp_path):
     for name in ("MALLEABLE_TRACKING_URI", "PREFECT_API_URL", "PREFECT_API_DATABASE_CONNECTION_URL", "PREFECT_SERVER_DATABASE_CONNECTION_URL"):
         env.pop(name, None)
     proc = subprocess.run(
-        [sys.executable, "-m", "flows.cli", "run", "--simulate", str(REPO / "examples" / "quickstart" / "jobs.yaml")],
+        [sys.executable, "-m", "flows.commands.cli", "run", "--simulate", str(REPO / "examples" / "quickstart" / "jobs.yaml")],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -22,13 +22,13 @@ from distributed import Client
 
 from deploy.local import local_gpu_cluster
 from elastic_tasks.cluster import WorkerPool, warm_up
-from elastic_tasks.coordinator import JobCoordinator
-from elastic_tasks.job_state import JobState
-from elastic_tasks.outcomes import JobFailed
+from elastic_tasks.coordinator.job import JobCoordinator
+from elastic_tasks.coordinator.lifecycle import JobState
+from elastic_tasks.coordinator.outcomes import JobFailed
 from elastic_tasks.protocol import PlanKind, RankExit, TrainConfig
 from elastic_tasks.recipe import EntryPointError
-from elastic_tasks.sharding import EpochSampler, rank_slice
-from elastic_tasks.straggler import StragglerDetector
+from elastic_tasks.rank.sharding import EpochSampler, rank_slice
+from elastic_tasks.rank.straggler import StragglerDetector
 from tests.recipe_sources import failing_forward_recipe
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -331,7 +331,7 @@ def test_warm_up_prepares_the_scheduler_to_unpickle_rank_tasks():
 
     # A lambda travels by value: a function of this module would make the scheduler import
     # the module, and with it the trainer.
-    trainer_imported = lambda: "elastic_tasks.trainer" in __import__("sys").modules  # noqa: E731
+    trainer_imported = lambda: "elastic_tasks.rank.trainer" in __import__("sys").modules  # noqa: E731
     with connect("local", workers=1) as sub:
         assert not sub.run_on_scheduler(trainer_imported)
         warm_up(sub, ENTRY)

@@ -6,12 +6,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from elastic_tasks.job_state import JobState, Lifecycle
+from elastic_tasks.coordinator.lifecycle import JobState, Lifecycle
 from elastic_tasks.protocol import FROM_CHECKPOINT, Plan, PlanKind, TrainConfig
-from elastic_tasks.scaling import LRRamp, accumulation_steps, initial_lr, micro_batches, rescale_lr
-from elastic_tasks.sharding import EpochSampler, rank_slice
-from elastic_tasks.state import ElasticState, TrainMeta, has_checkpoint, read_meta
-from elastic_tasks.straggler import StragglerDetector
+from elastic_tasks.rank.scaling import LRRamp, accumulation_steps, initial_lr, micro_batches, rescale_lr
+from elastic_tasks.rank.sharding import EpochSampler, rank_slice
+from elastic_tasks.rank.state import ElasticState, TrainMeta, has_checkpoint, read_meta
+from elastic_tasks.rank.straggler import StragglerDetector
 
 
 @settings(max_examples=60, deadline=None)
@@ -196,7 +196,7 @@ class _RacingBoard:
 def test_courier_never_claims_a_version_nobody_published():
     import time
 
-    from elastic_tasks.trainer import _Courier
+    from elastic_tasks.rank.trainer import _Courier
 
     board = _RacingBoard()
     courier = _Courier(board)  # type: ignore[arg-type]

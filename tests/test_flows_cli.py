@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from flows.cli import app
+from flows.commands.cli import app
 
 GOOD = """
 gpus: 2

@@ -8,7 +8,7 @@ import pytest
 from mlflow import MlflowClient
 from typer.testing import CliRunner
 
-from flows.tracking import PARENT_TAG
+from flows.recording.tracking import PARENT_TAG
 
 
 @pytest.fixture(autouse=True)
@@ -30,8 +30,8 @@ def state(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_simulate_flow_records_parent_nested_runs_and_compare_puts_them_side_by_side(prefect_harness, state):
-    from flows.cli import app
-    from flows.settings import load_settings
+    from flows.commands.cli import app
+    from flows.config.settings import load_settings
     from flows.simulate_flow import simulate_flow
 
     elastic = simulate_flow(str(JOBS), policy="elastic_dp", interval_s=5.0, run_name="elastic")
@@ -64,9 +64,9 @@ def test_simulate_flow_records_parent_nested_runs_and_compare_puts_them_side_by_
 
 
 def test_compare_unknown_run_is_one_line(state):
-    from flows.cli import app
-    from flows.tracking import Tracker
-    from flows.settings import load_settings
+    from flows.commands.cli import app
+    from flows.recording.tracking import Tracker
+    from flows.config.settings import load_settings
 
     s = load_settings()
     Tracker(s.resolved_tracking_uri, s.experiment, s.buffer_path).start_run("seed")  # the experiment exists

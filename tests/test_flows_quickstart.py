@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from flows.tracking import PARENT_TAG
+from flows.recording.tracking import PARENT_TAG
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,7 +24,7 @@ def test_quickstart_as_a_newcomer_sees_it(tmp_path):
     env.update(PREFECT_HOME=str(tmp_path / "prefect-home"), MALLEABLE_EXPERIMENT="quickstart-test", COLUMNS="80")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     cli = Path(sys.executable).parent / "malleable"
-    command = [str(cli)] if cli.exists() else [sys.executable, "-m", "flows.cli"]
+    command = [str(cli)] if cli.exists() else [sys.executable, "-m", "flows.commands.cli"]
     done = subprocess.run([*command, "quickstart", "--scale", "0.5"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=540)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output

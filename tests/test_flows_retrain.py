@@ -29,8 +29,8 @@ def _deployment(name: str) -> dict:
 def test_retrain_deployment_trains_while_mlflow_is_down_and_metrics_arrive_later(prefect_harness, tmp_path, monkeypatch):
     from prefect.flows import load_flow_from_entrypoint
 
-    from flows.settings import load_settings
-    from flows.tracking import tracker_from_settings
+    from flows.config.settings import load_settings
+    from flows.recording.tracking import tracker_from_settings
 
     port = _free_port()
     url = f"http://127.0.0.1:{port}"

@@ -106,7 +106,7 @@ def test_impossible_deadline_raises() -> None:
 def test_shrinking_plan_on_a_paper_shaped_job_halves_cost() -> None:
     # SHA(64, r=24, R=3048 steps, eta=2) of a ResNet-50-like model on 4-GPU instances:
     # the greedy front-loads GPUs and shrinks with the trials, as in the paper's Table 3.
-    from flows.hpo_file import load_hpo_file
+    from flows.config.hpo_file import load_hpo_file
 
     spec = load_hpo_file(Path(__file__).resolve().parents[1] / "examples" / "hpo.yaml")
     greedy = greedy_plan(spec).prediction

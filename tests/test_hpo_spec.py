@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from allocator.hpo.parse import hpo_spec_from_dict
 from allocator.hpo.placement import place
 from allocator.hpo.spec import Billing, Latency, ParamKind, SearchParam, Stage, successive_halving
-from flows.cli import app
-from flows.hpo_file import load_hpo_file
+from flows.commands.cli import app
+from flows.config.hpo_file import load_hpo_file
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "hpo.yaml"
 

@@ -12,7 +12,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel
 
-from elastic_tasks.noise_scale import GradientNoiseProbe, NoiseScaleEstimator, NoiseTerms, noise_terms
+from elastic_tasks.rank.noise_scale import GradientNoiseProbe, NoiseScaleEstimator, NoiseTerms, noise_terms
 
 D = 20
 W_TRUE = np.linspace(-1.0, 1.0, D)

@@ -8,7 +8,7 @@ from distributed import Client
 
 from deploy.local import local_gpu_cluster
 from elastic_tasks.cluster import WorkerPool, warm_up
-from elastic_tasks.coordinator import JobCoordinator
+from elastic_tasks.coordinator.job import JobCoordinator
 from elastic_tasks.protocol import TrainConfig
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]

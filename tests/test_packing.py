@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from elastic_tasks.packing import choose_workers
+from elastic_tasks.coordinator.packing import choose_workers
 
 
 def addr(host, i):

@@ -9,11 +9,11 @@ import torch
 from allocator.profile_io import monotone_envelope, profile_from_dict, profile_to_dict
 from allocator.types import AllreduceModel, ThroughputProfile
 from elastic_tasks.examples import mlp_tiny, vgg_small
-from elastic_tasks.profile_cache import ProfileCache
-from elastic_tasks.allreduce_timing import measure_allreduce
-from elastic_tasks.iteration_timing import largest_fitting_batch
-from elastic_tasks.profile_settings import ProfilerError, ProfileSettings
-from elastic_tasks.profiler import cache_key, profile_cached, profile_recipe
+from elastic_tasks.profiling.cache import ProfileCache
+from elastic_tasks.profiling.allreduce_timing import measure_allreduce
+from elastic_tasks.profiling.iteration_timing import largest_fitting_batch
+from elastic_tasks.profiling.settings import ProfilerError, ProfileSettings
+from elastic_tasks.profiling.profiler import cache_key, profile_cached, profile_recipe
 from elastic_tasks.recipe import EntryPointError, load_entry_point
 
 NO_COMM = AllreduceModel(latency_s=1e-4, seconds_per_param=1e-9)  # skips the spawned allreduce
@@ -169,7 +169,7 @@ def test_full_profile_with_measured_allreduce_fit():
 def test_profile_on_a_dask_worker_with_a_gpu_resource(tmp_path):
     from distributed import Client, LocalCluster
 
-    from elastic_tasks.profile_dask import submit_profile
+    from elastic_tasks.profiling.on_workers import submit_profile
 
     settings = ProfileSettings(batch_sizes=(4, 8), warmup=0, repeats=1)
     with LocalCluster(n_workers=1, threads_per_worker=1, resources={"GPU": 1}, dashboard_address=None) as cluster, Client(cluster) as client:
@@ -184,7 +184,7 @@ def test_profile_on_a_dask_worker_with_a_gpu_resource(tmp_path):
 def test_precision_is_part_of_the_cache_key():
     import dataclasses
 
-    from elastic_tasks.profiler import cache_key
+    from elastic_tasks.profiling.profiler import cache_key
 
     settings = ProfileSettings(batch_sizes=(4, 8), warmup=0, repeats=1)
     fp32 = mlp_tiny()

@@ -1,9 +1,9 @@
-"""A run's recorded per-job metrics follow the share's gradient accumulation (flows.record)."""
+"""A run's recorded per-job metrics follow the share's gradient accumulation (flows.recording.record)."""
 
 import pytest
 
 from allocator.loop import LoopResult, LoopSettings, ScheduleRow
-from flows.record import schedule_points
+from flows.recording.record import schedule_points
 from tests.factories import make_job, make_profile
 
 

@@ -12,7 +12,7 @@ from allocator.simulator.executor import SimExecutor
 from allocator.throughput import t_comm, t_proc
 from allocator.types import AllreduceModel
 from elastic_tasks.board import JobStatus
-from elastic_tasks.refit_watch import JobRefit, RefitSettings, StepWatch
+from elastic_tasks.coordinator.refit_watch import JobRefit, RefitSettings, StepWatch
 from tests.factories import make_job, make_profile
 
 

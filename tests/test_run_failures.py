@@ -35,7 +35,7 @@ def test_a_job_failing_in_its_ranks_is_reported_and_the_others_finish(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLEABLE_")}
     env.update(PYTHONPATH=str(REPO), MALLEABLE_WORKERS="2", PREFECT_HOME=str(tmp_path / "prefect"))
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "flows.cli", "run", "jobs.yaml"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
+    proc = subprocess.run([sys.executable, "-m", "flows.commands.cli", "run", "jobs.yaml"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
     took = time.monotonic() - t0
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -60,7 +60,7 @@ def test_ctrl_c_on_a_running_run_exits_at_once_with_one_line_and_leaves_nothing_
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLEABLE_")}
     env.update(PYTHONPATH=str(REPO), MALLEABLE_WORKERS="2", PREFECT_HOME=str(tmp_path / "prefect"))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "flows.cli", "run", "jobs.yaml"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        [sys.executable, "-m", "flows.commands.cli", "run", "jobs.yaml"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
     deadline = time.monotonic() + 180
     while not list((tmp_path / ".malleable").glob("checkpoints/**/state.pt")):  # training is under way

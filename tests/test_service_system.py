@@ -43,7 +43,7 @@ class ServiceProcess:
 
     def __init__(self, cwd: Path, env: dict[str, str]) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "flows.cli", "serve"], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+            [sys.executable, "-m", "flows.commands.cli", "serve"], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
         )
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -150,7 +150,7 @@ def test_jobs_from_independent_submitters_share_the_cluster_shrink_in_place_fail
     wait_until(lambda: [(a.kind, a.gpus) for a in store.allocations(first)] == [("start", 2)], 60, "first on 2 GPUs", store)
 
     # A second service on the same store refuses, before starting any cluster.
-    second = subprocess.run([sys.executable, "-m", "flows.cli", "serve"], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+    second = subprocess.run([sys.executable, "-m", "flows.commands.cli", "serve"], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
     assert second.returncode == 1
     assert "another malleable service" in second.stderr and "Traceback" not in second.stderr + second.stdout
 
@@ -186,7 +186,7 @@ def test_jobs_from_independent_submitters_share_the_cluster_shrink_in_place_fail
     jobs_file = cwd / "tiny.yaml"
     jobs_file.write_text(yaml.safe_dump({"profiles": {"p": PROFILE}, "jobs": [{k: v for k, v in entry("tiny", 20_000).items() if k != "profile"} | {"profile": "p"}]}))
     run = subprocess.run(
-        [sys.executable, "-m", "flows.cli", "run", str(jobs_file)], cwd=cwd, env={**env, "MALLEABLE_JOB_STORE": store_url}, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "flows.commands.cli", "run", str(jobs_file)], cwd=cwd, env={**env, "MALLEABLE_JOB_STORE": store_url}, capture_output=True, text=True, timeout=300
     )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "scheduled by the running service" in run.stdout
@@ -195,7 +195,7 @@ def test_jobs_from_independent_submitters_share_the_cluster_shrink_in_place_fail
 
     # So is `malleable retrain`: its job runs on the service's cluster; the model comes from its checkpoint.
     retrain = subprocess.run(
-        [sys.executable, "-m", "flows.cli", "retrain", "elastic_tasks.examples:mlp_tiny", "--epochs", "2"],
+        [sys.executable, "-m", "flows.commands.cli", "retrain", "elastic_tasks.examples:mlp_tiny", "--epochs", "2"],
         cwd=cwd, env={**env, "MALLEABLE_JOB_STORE": store_url}, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert retrain.returncode == 0, retrain.stdout + retrain.stderr
@@ -210,7 +210,7 @@ def test_jobs_from_independent_submitters_share_the_cluster_shrink_in_place_fail
     # The example's deadline is set for 4 workers; the service has 2.
     hpo_file.write_text(yaml.safe_dump(yaml.safe_load((REPO / "examples" / "hpo_tiny.yaml").read_text()) | {"deadline_s": 30}))
     hpo = subprocess.run(
-        [sys.executable, "-m", "flows.cli", "hpo", "run", str(hpo_file), "--workers", "2"],
+        [sys.executable, "-m", "flows.commands.cli", "hpo", "run", str(hpo_file), "--workers", "2"],
         cwd=cwd, env={**env, "MALLEABLE_JOB_STORE": store_url}, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert hpo.returncode == 0, hpo.stdout + hpo.stderr

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from allocator.admission import OverflowMode
-from flows.settings import ClusterKind, SettingsError, load_settings
+from flows.config.settings import ClusterKind, SettingsError, load_settings
 
 
 @pytest.fixture(autouse=True)
@@ -61,7 +61,7 @@ def test_bad_setting_is_one_line_naming_variable(monkeypatch, var, value, expect
 
 
 def test_bad_setting_on_the_cli_exits_2_without_traceback(monkeypatch):
-    from flows.cli import app
+    from flows.commands.cli import app
 
     monkeypatch.setenv("MALLEABLE_WORKERS", "many")
     result = CliRunner().invoke(app, ["ui"])

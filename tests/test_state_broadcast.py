@@ -10,8 +10,8 @@ import torch.multiprocessing as mp
 from torch import nn
 
 from elastic_tasks.devices import process_group_backend
-from elastic_tasks.scaling import LRRamp
-from elastic_tasks.state import ElasticState, TrainMeta
+from elastic_tasks.rank.scaling import LRRamp
+from elastic_tasks.rank.state import ElasticState, TrainMeta
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 

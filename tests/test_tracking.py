@@ -15,7 +15,7 @@ import requests
 import torch
 from mlflow import MlflowClient
 
-from flows.tracking import PARENT_TAG, MetricPoint, Tracker
+from flows.recording.tracking import PARENT_TAG, MetricPoint, Tracker
 
 
 @pytest.fixture(autouse=True)
@@ -145,8 +145,8 @@ def _stop_group(proc: subprocess.Popen) -> None:
 
 
 def test_embedded_store_keeps_artifacts_in_the_state_directory(tmp_path, monkeypatch):
-    from flows.settings import Settings
-    from flows.tracking import tracker_from_settings
+    from flows.config.settings import Settings
+    from flows.recording.tracking import tracker_from_settings
 
     monkeypatch.chdir(tmp_path)  # mlflow's own default would be ./mlruns here
     state = tmp_path / "state"

@@ -11,7 +11,7 @@ Format (docs/hpo.md has the full reference)::
     search_space: {lr: {loguniform: [1.0e-4, 0.1]}, width: {choice: [8, 16]}}
 
 A latency is a number of seconds or ``{mean_s, cv}``. File reading and resolving a profile
-given as a path live in ``flows.hpo_file``; this module only validates.
+given as a path live in ``flows.config.hpo_file``; this module only validates.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One module per ``malleable`` command (``flows/cli.py`` names them and imports one lazily).
+"""One module per ``malleable`` command (``flows/commands/cli.py`` names them and imports one lazily).
 
 A command module never imports another: what two commands share lives beside them in
 ``flows/`` (``cli_common``, ``cli_tables``, ``idle_replay``) — ``tests/test_cli_lazy.py``

@@ -16,9 +16,9 @@ from rich.table import Table
 from allocator.hpo.model import Prediction
 from allocator.hpo.planner import NoFeasiblePlanError, PlanResult, Scorer, exhaustive_plan, greedy_plan, static_baseline
 from allocator.hpo.spec import HpoSpec
-from flows.cli_common import prefect_state_or_fail, scheduler_or_fail, settings_or_fail
-from flows.console import EXIT_FAILED, console, fail
-from flows.hpo_file import load_hpo_file
+from flows.commands.common import prefect_state_or_fail, scheduler_or_fail, settings_or_fail
+from flows.commands.console import EXIT_FAILED, console, fail
+from flows.config.hpo_file import load_hpo_file
 
 app = typer.Typer(help="Deadline-constrained, cost-minimising plans for successive-halving HPO (seed 001).", no_args_is_help=True)
 
@@ -205,7 +205,7 @@ def run(
     prefect_state_or_fail()
     # Imported here: prefect, dask and torch are not needed to plan.
     from flows.hpo_flow import hpo_flow
-    from flows.settings import SettingsError
+    from flows.config.settings import SettingsError
 
     try:
         result = hpo_flow(str(hpo_file), workers=workers, timeout_s=timeout)

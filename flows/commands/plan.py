@@ -13,8 +13,8 @@ from rich.table import Table
 from allocator.plan import Plan, make_plan
 from allocator.policies import UnknownPolicyError, make_policy
 from allocator.types import InfeasibleError
-from flows.console import console, fail
-from flows.jobfile import load_jobs_file
+from flows.commands.console import console, fail
+from flows.config.jobfile import load_jobs_file
 
 
 class OutputFormat(str, Enum):

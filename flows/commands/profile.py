@@ -11,12 +11,12 @@ from rich.table import Table
 
 from allocator.profile_io import profile_to_dict
 from allocator.throughput import t_comm
-from elastic_tasks.profile_cache import ProfileCache
-from elastic_tasks.profile_settings import ProfilerError, ProfileSettings
-from elastic_tasks.profiler import ProfileReport, profile_cached
+from elastic_tasks.profiling.cache import ProfileCache
+from elastic_tasks.profiling.settings import ProfilerError, ProfileSettings
+from elastic_tasks.profiling.profiler import ProfileReport, profile_cached
 from elastic_tasks.recipe import load_entry_point
-from flows.console import EXIT_FAILED, console, fail
-from flows.paths import check_output_dir, check_output_file
+from flows.commands.console import EXIT_FAILED, console, fail
+from flows.config.paths import check_output_dir, check_output_file
 
 
 def parse_int_list(option: str, text: str) -> tuple[int, ...]:

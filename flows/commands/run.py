@@ -8,10 +8,10 @@ from typing import Annotated
 import typer
 
 from allocator.policies import UnknownPolicyError, make_policy
-from flows.cli_common import prefect_state_or_fail, print_ui_hint, scheduler_or_fail, settings_or_fail
-from flows.cli_tables import jobs_table, outcome_table
-from flows.console import EXIT_FAILED, console, err_console, fail
-from flows.jobfile import load_jobs_file
+from flows.commands.common import prefect_state_or_fail, print_ui_hint, scheduler_or_fail, settings_or_fail
+from flows.commands.tables import jobs_table, outcome_table
+from flows.commands.console import EXIT_FAILED, console, err_console, fail
+from flows.config.jobfile import load_jobs_file
 
 
 def run(
@@ -48,8 +48,8 @@ def run(
         console.print(f"MLflow parent run [bold]{outcome.recorded.parent_run}[/]")
     else:
         from flows.cluster_flow import cluster_flow
-        from flows.interrupts import install
-        from flows.live import LoopProgress
+        from flows.commands.interrupts import install
+        from flows.commands.live import LoopProgress
 
         install(lambda sig: f"interrupted ({sig}): ranks stopped, cluster shut down, MLflow runs marked KILLED; jobs resume from their checkpoints in {settings.resolved_checkpoint_dir}")
         try:

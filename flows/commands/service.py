@@ -11,9 +11,9 @@ from typing import Annotated
 
 import typer
 
-from flows.cli_common import settings_or_fail
-from flows.cli_tables import jobs_table
-from flows.console import EXIT_FAILED, console, fail
+from flows.commands.common import settings_or_fail
+from flows.commands.tables import jobs_table
+from flows.commands.console import EXIT_FAILED, console, fail
 
 
 def _store(settings):
@@ -133,7 +133,7 @@ def submit(
     if (entrypoint is None) == (file is None):
         fail("give an ENTRYPOINT or --file JOBS, not both and not neither")
     if file is not None:
-        from flows.jobfile import load_jobs_file
+        from flows.config.jobfile import load_jobs_file
 
         try:
             specs = load_jobs_file(file).jobs

@@ -25,11 +25,11 @@ from allocator.types import JobSpec
 from allocator.workloads.seed000 import load_category_profiles
 from allocator.workloads.trace import TraceError, read_trace
 from flows.idle_replay import replay_idle_nodes
-from flows.console import EXIT_FAILED, console, fail
-from flows.jobfile import load_jobs_file
-from flows.paths import check_output_dir, read_text_file
+from flows.commands.console import EXIT_FAILED, console, fail
+from flows.config.jobfile import load_jobs_file
+from flows.config.paths import check_output_dir, read_text_file
 
-# matplotlib (flows.plots) is imported where a plot is drawn: `--no-plots` and bad input never
+# matplotlib (flows.recording.plots) is imported where a plot is drawn: `--no-plots` and bad input never
 # pay for it.
 
 DEFAULT_PROFILES = Path(__file__).resolve().parents[2] / "examples" / "profiles"
@@ -157,7 +157,7 @@ def _run_trace(
             (out / f"schedule-{name}.csv").write_text(schedule_csv(result))
             bar.advance(task)
     if plots:
-        from flows.plots import plot_completed, plot_gpus_per_job
+        from flows.recording.plots import plot_completed, plot_gpus_per_job
 
         for name, result in runs:
             plot_gpus_per_job(result, f"GPUs per job — {name}", out / f"gpus-per-job-{name}.png")
@@ -215,7 +215,7 @@ def _run_experiment(name: str, seeds: tuple[int, ...], interval_s: float, cost: 
             rows_json += [{"setting": setting.name, "policy": choice.label, "seed": o.seed, **metrics_dict(o.metrics)} for o in group]
         first_seed = [o for o in outcomes if o.setting is setting and o.seed == seeds[0]]
         if plots:
-            from flows.plots import plot_completed
+            from flows.recording.plots import plot_completed
 
             plot_completed(
                 [(o.policy.label, o.result) for o in first_seed],

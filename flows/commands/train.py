@@ -9,12 +9,12 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from elastic_tasks.outcomes import JobFailed, JobResult
+from elastic_tasks.coordinator.outcomes import JobFailed, JobResult
 from elastic_tasks.protocol import TrainConfig
 from elastic_tasks.preflight import check_recipe
 from elastic_tasks.recipe import EntryPointError, load_entry_point
-from flows.console import EXIT_FAILED, console, err_console, fail, warn
-from flows.paths import check_output_dir
+from flows.commands.console import EXIT_FAILED, console, err_console, fail, warn
+from flows.config.paths import check_output_dir
 
 
 def parse_rescales(items: list[str], steps: int) -> list[tuple[int, int]]:
@@ -53,7 +53,7 @@ def _as_flags(message: str) -> str:
 
 def _already_finished(path: Path, name: str) -> bool:
     """A reused directory whose checkpoint says finished: say so instead of training nothing."""
-    from elastic_tasks.state import has_checkpoint, read_meta
+    from elastic_tasks.rank.state import has_checkpoint, read_meta
 
     if not has_checkpoint(path):
         return False
@@ -139,11 +139,11 @@ def _run(entrypoint: str, config: TrainConfig, gpus: int, schedule: list[tuple[i
 
     from deploy.local import local_gpu_cluster
     from elastic_tasks.cluster import WorkerPool, warm_up
-    from elastic_tasks.coordinator import JobCoordinator
-    from flows.live import StepProgress
+    from elastic_tasks.coordinator.job import JobCoordinator
+    from flows.commands.live import StepProgress
 
     with console.status(f"starting {n_workers} Dask worker(s)"):
-        # -v (flows.console.quiet_libraries) sets this logger to INFO; the workers follow it.
+        # -v (flows.commands.console.quiet_libraries) sets this logger to INFO; the workers follow it.
         cluster = local_gpu_cluster(n_workers, log_level=logging.getLogger("distributed").getEffectiveLevel())
     with cluster, Client(cluster) as client:
         warm_up(client, entrypoint)

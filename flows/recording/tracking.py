@@ -27,8 +27,8 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
-from flows.journal import CreateRun, JournalOp, LogArtifact, LogBatch, RunRefs, Terminate, from_json, to_json
-from flows.local_state import DamagedStateError, check_sqlite
+from flows.recording.journal import CreateRun, JournalOp, LogArtifact, LogBatch, RunRefs, Terminate, from_json, to_json
+from flows.config.local_state import DamagedStateError, check_sqlite
 from service.tracking import ensure_experiment
 
 PARENT_TAG = "mlflow.parentRunId"
@@ -87,7 +87,7 @@ def unavailable(exc: BaseException) -> bool:
 
 
 def _say(message: str) -> None:
-    from flows.console import err_console
+    from flows.commands.console import err_console
 
     err_console.print(f"[yellow]{message}[/]", highlight=False, soft_wrap=True)
 
@@ -363,8 +363,8 @@ class Tracker:
 
 
 def tracker_from_settings(settings: object, **kwargs: object) -> Tracker:
-    """A Tracker configured from ``flows.settings.Settings``."""
-    from flows.settings import Settings
+    """A Tracker configured from ``flows.config.settings.Settings``."""
+    from flows.config.settings import Settings
 
     assert isinstance(settings, Settings)
     # With the embedded sqlite store, artifacts live beside it in the state directory rather

@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING
 
 from elastic_tasks.board import EventKind, RankEvent
 from elastic_tasks.cluster import warm_up
-from elastic_tasks.job_state import JobState
-from elastic_tasks.outcomes import RescaleOutcome
+from elastic_tasks.coordinator.lifecycle import JobState
+from elastic_tasks.coordinator.outcomes import RescaleOutcome
 from elastic_tasks.protocol import FROM_CHECKPOINT, Plan, PlanKind, check_batch
 
 if TYPE_CHECKING:
-    from elastic_tasks.coordinator import JobCoordinator
+    from elastic_tasks.coordinator.job import JobCoordinator
 
 # A restarted worker comes back under its nanny: how often to look for enough free ones.
 FREE_WORKER_POLL_S = 0.2

@@ -84,7 +84,7 @@ class LazyGroup(TyperGroup):
 
     def invoke(self, ctx: click.Context) -> object:
         # Before the command's module is imported: Prefect and Dask read these at import.
-        from flows.console import quiet_libraries
+        from flows.commands.console import quiet_libraries
 
         quiet_libraries(verbose=bool(ctx.params.get("verbose")))
         return super().invoke(ctx)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from allocator.hpo.parse import hpo_spec_from_dict
 from allocator.hpo.spec import HpoSpec
-from flows.jobfile import profile_file
-from flows.paths import read_data_file
+from flows.config.jobfile import profile_file
+from flows.config.paths import read_data_file
 
 
 def load_hpo_file(path: str | Path) -> HpoSpec:

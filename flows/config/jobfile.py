@@ -12,7 +12,7 @@ from pathlib import Path
 from allocator.profile_io import profile_from_dict
 from allocator.specs import JobsFile, jobs_file_from_dict
 from allocator.types import ThroughputProfile
-from flows.paths import read_data_file, read_text_file
+from flows.config.paths import read_data_file, read_text_file
 
 
 def profile_file(base: Path, ref: str, where: str) -> ThroughputProfile:

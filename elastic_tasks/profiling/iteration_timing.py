@@ -12,9 +12,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from elastic_tasks.profile_settings import ProfilerError
+from elastic_tasks.profiling.settings import ProfilerError
 from elastic_tasks.recipe import TrainingRecipe, to_device
-from elastic_tasks.step import autocast
+from elastic_tasks.rank.step import autocast
 
 
 def trainable_params(model: nn.Module) -> int:

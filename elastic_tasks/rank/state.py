@@ -38,7 +38,7 @@ import torch.distributed as dist
 from fsspec.core import url_to_fs
 from torch import nn
 
-from elastic_tasks.scaling import LRRamp
+from elastic_tasks.rank.scaling import LRRamp
 
 CHECKPOINT_NAME = "state.pt"
 

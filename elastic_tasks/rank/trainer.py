@@ -30,11 +30,11 @@ from distributed import get_client, get_worker
 from distributed.comm import get_address_host
 from torch.nn.parallel import DistributedDataParallel
 
-from elastic_tasks import step as steps
-from elastic_tasks.agreement import Agreed, Agreement, StepOutcome
+from elastic_tasks.rank import step as steps
+from elastic_tasks.rank.agreement import Agreed, Agreement, StepOutcome
 from elastic_tasks.board import EventKind, JobBoard, JobStatus, RankEvent
-from elastic_tasks.collective import CollectiveFailure, HookWitness, collective
-from elastic_tasks.courier import Courier as _Courier
+from elastic_tasks.rank.collective import CollectiveFailure, HookWitness, collective
+from elastic_tasks.rank.plan_watcher import Courier as _Courier
 from elastic_tasks.protocol import (
     FROM_CHECKPOINT,
     EvalResult,
@@ -46,16 +46,16 @@ from elastic_tasks.protocol import (
     SwitchRecord,
 )
 from elastic_tasks.devices import default_backend, process_group_backend, rank_device
-from elastic_tasks.evaluate import evaluate
-from elastic_tasks.loader import RankLoader
-from elastic_tasks.noise_scale import GradientNoiseProbe
-from elastic_tasks.rank_records import RankRecords
+from elastic_tasks.rank.evaluate import evaluate
+from elastic_tasks.rank.loader import RankLoader
+from elastic_tasks.rank.noise_scale import GradientNoiseProbe
+from elastic_tasks.rank.records import RankRecords
 from elastic_tasks.recipe import TrainingRecipe, load_entry_point, to_device
-from elastic_tasks.scaling import accumulation_steps, initial_lr, micro_batches, rescale_lr
-from elastic_tasks.sharding import EpochSampler, rank_slice
-from elastic_tasks.state import ElasticState, TrainMeta, has_checkpoint, read_meta
-from elastic_tasks.straggler import StragglerDetector
-from elastic_tasks.timeouts import RECOVERY_POLL_S, plan_wait_s
+from elastic_tasks.rank.scaling import accumulation_steps, initial_lr, micro_batches, rescale_lr
+from elastic_tasks.rank.sharding import EpochSampler, rank_slice
+from elastic_tasks.rank.state import ElasticState, TrainMeta, has_checkpoint, read_meta
+from elastic_tasks.rank.straggler import StragglerDetector
+from elastic_tasks.coordinator.timeouts import RECOVERY_POLL_S, plan_wait_s
 
 log = logging.getLogger(__name__)
 
@@ -264,7 +264,7 @@ class _Rank:
     def _train_until_switch(self) -> Plan | None:
         """Train step by step; returns the plan to switch to, or None when the job is done.
 
-        Each step's agreement runs while the next step computes (``elastic_tasks.agreement``),
+        Each step's agreement runs while the next step computes (``elastic_tasks.rank.agreement``),
         so the loop drains the one in flight before it switches generation or finishes.
         """
         while not self._done():
@@ -321,7 +321,7 @@ class _Rank:
         return StepOutcome(meta.step, loss_sum, correct, len(local), throughput, batch, lr, t0, cpu0)
 
     def _agree(self, outcome: StepOutcome) -> Plan | None:
-        """Issue this step's agreement and act on the previous step's (``elastic_tasks.agreement``)."""
+        """Issue this step's agreement and act on the previous step's (``elastic_tasks.rank.agreement``)."""
         assert self.agreement is not None
         agreed = self.agreement.issue(outcome, self.courier.seen_version, self.noise.value)
         if agreed is None:

@@ -22,9 +22,9 @@ import numpy as np  # noqa: E402
 from mlflow import MlflowClient  # noqa: E402
 from mlflow.exceptions import MlflowException  # noqa: E402
 
-from flows.settings import load_settings  # noqa: E402
-from flows.local_state import DamagedStateError, check_sqlite  # noqa: E402
-from flows.tracking import PARENT_TAG, store_damaged, unavailable  # noqa: E402
+from flows.config.settings import load_settings  # noqa: E402
+from flows.config.local_state import DamagedStateError, check_sqlite  # noqa: E402
+from flows.recording.tracking import PARENT_TAG, store_damaged, unavailable  # noqa: E402
 
 _RUN_ID = re.compile(r"[A-Za-z0-9_-]+")
 

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Mapping
 from types import TracebackType
 
-from flows.tracking import Tracker
+from flows.recording.tracking import Tracker
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from torch import nn
 
 from elastic_tasks.protocol import EvalResult
 from elastic_tasks.recipe import TrainingRecipe, to_device
-from elastic_tasks.step import autocast
+from elastic_tasks.rank.step import autocast
 
 EVAL_BATCH = 256
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from flows.record import JobOutcome
+    from flows.recording.record import JobOutcome
 
 
 def outcome_table(title: str, outs: tuple[JobOutcome, ...]) -> Table:

@@ -19,11 +19,11 @@ from allocator.loop import LoopResult, LoopSettings
 from allocator.metrics import RunMetrics, schedule_csv, summarise
 from allocator.throughput import throughput
 from allocator.types import JobSpec
-from flows.plots import plot_completed, plot_gpus_per_job
-from flows.tracking import MetricPoint, Tracker
+from flows.recording.plots import plot_completed, plot_gpus_per_job
+from flows.recording.tracking import MetricPoint, Tracker
 
 if TYPE_CHECKING:
-    from flows.live_tracking import LiveRuns
+    from flows.recording.live_tracking import LiveRuns
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,7 +186,7 @@ def record_run(
     """Log ``result`` as a parent run with nested job runs; returns their ids (or offline refs).
 
     ``measured``: what the trainer measured per job (a real run).
-    ``live``: runs opened while the loop ran (``flows.live_tracking``); they are completed
+    ``live``: runs opened while the loop ran (``flows.recording.live_tracking``); they are completed
     rather than created again."""
     metrics = summarise(result, specs)
     run_params = parent_params(mode, result.policy, result.capacity, result.settings, len(specs), params)

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from elastic_tasks.profile_settings import ProfilerError, positive_ints
+from elastic_tasks.profiling.settings import ProfilerError, positive_ints
 
 
 @dataclass(frozen=True, slots=True)

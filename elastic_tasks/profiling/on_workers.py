@@ -18,10 +18,10 @@ from distributed import Client, Future
 
 from allocator.types import AllreduceModel
 from elastic_tasks.devices import default_backend
-from elastic_tasks.profile_cache import ProfileCache
-from elastic_tasks.iteration_timing import trainable_params
-from elastic_tasks.profile_settings import ProfileSettings
-from elastic_tasks.profiler import ProfileReport, cache_key, profile_cached
+from elastic_tasks.profiling.cache import ProfileCache
+from elastic_tasks.profiling.iteration_timing import trainable_params
+from elastic_tasks.profiling.settings import ProfileSettings
+from elastic_tasks.profiling.profiler import ProfileReport, cache_key, profile_cached
 from elastic_tasks.recipe import load_entry_point
 
 

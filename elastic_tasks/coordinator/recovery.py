@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from elastic_tasks.board import EventKind, RankEvent
-from elastic_tasks.job_state import JobState
+from elastic_tasks.coordinator.lifecycle import JobState
 from elastic_tasks.protocol import FROM_CHECKPOINT, Plan, PlanKind
-from elastic_tasks.state import has_checkpoint
+from elastic_tasks.rank.state import has_checkpoint
 
 if TYPE_CHECKING:
-    from elastic_tasks.coordinator import JobCoordinator
+    from elastic_tasks.coordinator.job import JobCoordinator
 
 log = logging.getLogger(__name__)
 

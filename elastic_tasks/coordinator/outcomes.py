@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from elastic_tasks.protocol import PlanKind, RankResult, StepRecord
-from elastic_tasks.recovery import RecoveryRecord
+from elastic_tasks.coordinator.recovery import RecoveryRecord
 
 
 class JobFailed(RuntimeError):

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from allocator.refit import OnlineThroughputFit, StepObservation
 from allocator.types import ThroughputProfile
 from elastic_tasks.board import JobStatus
-from elastic_tasks.scaling import accumulation_steps
+from elastic_tasks.rank.scaling import accumulation_steps
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from flows.console import EXIT_FAILED, console, fail
-from flows.settings import ClusterKind, Settings, SettingsError, load_settings
+from flows.commands.console import EXIT_FAILED, console, fail
+from flows.config.settings import ClusterKind, Settings, SettingsError, load_settings
 
 
 # Settings fields that commands take as flags: an error in a value given that way names the flag.
@@ -24,7 +24,7 @@ def settings_or_fail(**overrides: object) -> Settings:
 
 def prefect_state_or_fail() -> None:
     """A damaged local Prefect database exits 2 with one line naming it, before any flow starts."""
-    from flows.local_state import DamagedStateError, check_prefect_database
+    from flows.config.local_state import DamagedStateError, check_prefect_database
 
     try:
         check_prefect_database()

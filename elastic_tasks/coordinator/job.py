@@ -23,16 +23,16 @@ from distributed import Client, Future
 
 from elastic_tasks.board import EventKind, JobBoard, JobStatus, RankEvent
 from elastic_tasks.cluster import WorkerPool
-from elastic_tasks.event_pump import EventPump, Heard
-from elastic_tasks.job_state import JobState, Lifecycle
-from elastic_tasks.outcomes import JobFailed, JobResult, RescaleOutcome, gather
+from elastic_tasks.coordinator.event_pump import EventPump, Heard
+from elastic_tasks.coordinator.lifecycle import JobState, Lifecycle
+from elastic_tasks.coordinator.outcomes import JobFailed, JobResult, RescaleOutcome, gather
 from elastic_tasks.protocol import FROM_CHECKPOINT, Plan, PlanKind, RankResult, RankSpec, TrainConfig, check_batch
 from elastic_tasks.recipe import load_entry_point
-from elastic_tasks.recovery import Recovery, RecoveryRecord
-from elastic_tasks.restart import restart_rescale
-from elastic_tasks.state import has_checkpoint
-from elastic_tasks.timeouts import startup_s, suspend_s
-from elastic_tasks.trainer import run_rank
+from elastic_tasks.coordinator.recovery import Recovery, RecoveryRecord
+from elastic_tasks.coordinator.restart import restart_rescale
+from elastic_tasks.rank.state import has_checkpoint
+from elastic_tasks.coordinator.timeouts import startup_s, suspend_s
+from elastic_tasks.rank.trainer import run_rank
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ class JobCoordinator:
         return self._await_regroup(pending)
 
     def restart_rescale(self, gpus: int, global_batch: int | None = None, at_step: int | None = None, restart_processes: bool = True) -> RescaleOutcome | None:
-        """The checkpoint-restart path (``elastic_tasks.restart``): save, stop every rank (and its process), start anew from disk."""
+        """The checkpoint-restart path (``elastic_tasks.coordinator.restart``): save, stop every rank (and its process), start anew from disk."""
         return restart_rescale(self, gpus, global_batch, at_step, restart_processes)
 
     def stop(self) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from prefect.artifacts import create_markdown_artifact, create_progress_artifact, create_table_artifact, update_progress_artifact
 
 from allocator.loop import LoopResult
-from flows.record import JobOutcome
+from flows.recording.record import JobOutcome
 
 
 def artifact_key(*parts: str) -> str:

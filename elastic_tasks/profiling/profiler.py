@@ -6,9 +6,9 @@ Two kinds of figures, as in the paper:
   collation optional) on one worker
   for a ladder of per-GPU batch sizes, warm-up excluded, median of n; and the largest
   per-GPU batch that fits (probed with out-of-memory errors on CUDA, a setting on CPU)
-  — ``elastic_tasks.iteration_timing``;
+  — ``elastic_tasks.profiling.iteration_timing``;
 * generic — allreduce time for p parameters on k workers, measured with real
-  ``torch.distributed.all_reduce`` and fitted to the ring model — ``elastic_tasks.allreduce_timing``.
+  ``torch.distributed.all_reduce`` and fitted to the ring model — ``elastic_tasks.profiling.allreduce_timing``.
   It depends on the cluster, not the job, so a caller may measure it once and pass it in.
 
 This module puts them together into a profile. Nothing here knows Prefect;
@@ -28,10 +28,10 @@ import torch
 from allocator.profile_io import monotone_envelope
 from allocator.throughput import fit_allreduce
 from allocator.types import AllreduceModel, ThroughputProfile
-from elastic_tasks.allreduce_timing import AllreduceSample, measure_allreduce
-from elastic_tasks.iteration_timing import Stepper, cuda_fits, largest_fitting_batch, time_iterations, trainable_params
-from elastic_tasks.profile_cache import ProfileCache, ProfileKey
-from elastic_tasks.profile_settings import ProfileSettings
+from elastic_tasks.profiling.allreduce_timing import AllreduceSample, measure_allreduce
+from elastic_tasks.profiling.iteration_timing import Stepper, cuda_fits, largest_fitting_batch, time_iterations, trainable_params
+from elastic_tasks.profiling.cache import ProfileCache, ProfileKey
+from elastic_tasks.profiling.settings import ProfileSettings
 from elastic_tasks.recipe import TrainingRecipe
 
 

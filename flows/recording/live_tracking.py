@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from allocator.types import JobSpec
-from flows.record import job_params
-from flows.tracking import MetricPoint, Tracker
+from flows.recording.record import job_params
+from flows.recording.tracking import MetricPoint, Tracker
 
 
 @dataclass(slots=True)
