@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from allocator.goodput import GoodputTable, NoiseTrajectory, goodput_table
+from allocator.goodput import NoiseTrajectory, goodput_rows
 from allocator.policies.base import register
 from allocator.policies.dp import solve_dp
 from allocator.topology import gpus_per_host
@@ -41,9 +41,10 @@ def fairness_value(speedup: np.ndarray, p: float) -> np.ndarray:
 
 @dataclass(frozen=True, slots=True)
 class GoodputDP:
-    """``noise`` maps a job id or a workload name to its B_noise trajectory; jobs in neither get
-    ``default_noise_scale`` (inf: perfectly scalable, which reduces goodput to throughput).
-    ``hosts`` is the GPUs per host when the snapshot carries no nodes (None: one flat network)."""
+    """``noise`` maps a job id or a workload name to its B_noise trajectory, over the job's own
+    ``noise_scale``; jobs with neither get ``default_noise_scale`` (inf: perfectly scalable,
+    which reduces goodput to throughput). ``hosts`` is the GPUs per host when the snapshot
+    carries no nodes (None: one flat network)."""
 
     noise: Mapping[str, NoiseTrajectory] = field(default_factory=dict)
     default_noise_scale: float = math.inf
@@ -63,22 +64,14 @@ class GoodputDP:
                 raise ValueError(f"goodput_dp.noise[{key!r}]={trajectory!r}: must be a NoiseTrajectory")
 
     def noise_scale(self, job: JobSpec, samples_done: float, reported: float | None = None) -> float:
-        """The job's own reported B_noise if the snapshot has one, else its trajectory, else the default."""
+        """The job's own reported B_noise if the snapshot has one, else its trajectory (the
+        policy's ``noise``, else the job's ``noise_scale``), else the default."""
         if reported is not None:
             return reported
-        trajectory = self.noise.get(job.id) or self.noise.get(job.workload)
+        trajectory = self.noise.get(job.id) or self.noise.get(job.workload) or job.noise_scale
         if trajectory is None:
             return self.default_noise_scale
         return trajectory.at(samples_done / job.total_samples)
-
-    def tables(
-        self, job: JobSpec, kmax: int, samples_done: float, per_host: int | None, reported: float | None = None
-    ) -> tuple[GoodputTable, float]:
-        """The job's goodput table and its one-GPU goodput (the speedup's denominator)."""
-        noise = self.noise_scale(job, samples_done, reported)
-        table = goodput_table(job, kmax, noise, gpus_per_host=per_host)
-        one = goodput_table(job, 1, noise, gpus_per_host=per_host, limit_gpus=False).goodput[1]
-        return table, float(one)
 
     def allocate(self, snapshot: ClusterSnapshot) -> Allocation:
         jobs = snapshot.jobs
@@ -90,22 +83,33 @@ class GoodputDP:
         per_host = gpus_per_host(snapshot) or self.hosts
         done = {r.spec.id: r.samples_done for r in snapshot.running}
         reported = {r.spec.id: r.noise_scale for r in snapshot.running}
-        tables = [self.tables(j, kmax, done.get(j.id, 0.0), per_host, reported.get(j.id)) for j in jobs]
-        values = np.stack([fairness_value(t.goodput / one, self.p) for t, one in tables])
+        # One row per job: its unlimited goodput table up to the GPUs it may use (cached), then
+        # every speedup, limit and fairness term for all jobs at once.
+        goodput = np.full((len(jobs), kmax + 1), -np.inf)
+        rows = []
+        for i, job in enumerate(jobs):
+            top = min(kmax, job.max_gpus if job.elastic else job.requested_gpus)
+            row = goodput_rows(job, top, self.noise_scale(job, done.get(job.id, 0.0), reported.get(job.id)), per_host)
+            goodput[i, : top + 1] = row.goodput
+            rows.append(row)
+        # The counts each job may run on: [min_gpus, max_gpus], or a non-elastic job's requested count.
+        low = np.array([j.min_gpus if j.elastic else j.requested_gpus for j in jobs])[:, None]
+        high = np.array([j.max_gpus if j.elastic else j.requested_gpus for j in jobs])[:, None]
+        ks = np.arange(kmax + 1)[None, :]
+        values = fairness_value(np.where((ks >= low) & (ks <= high), goodput, -np.inf) / goodput[:, 1:2], self.p)
         counts, _ = solve_dp(values, snapshot.capacity)
         return Allocation(
-            tuple(
-                (j.id, Share(gpus=int(k), batch=int(t.batches[k]), accum_steps=int(t.accum[k])))
-                for j, (t, _), k in zip(jobs, tables, counts)
-            )
+            tuple((j.id, Share(gpus=int(k), batch=int(r.batches[k]), accum_steps=int(r.accum[k]))) for j, r, k in zip(jobs, rows, counts))
         )
 
     def min_gpus(self, job: JobSpec, capacity: int) -> int | None:
         kmax = min(capacity, job.max_gpus)
         if kmax < 1:
             return None
-        feasible = self.tables(job, kmax, 0.0, self.hosts)[0].feasible_counts()
-        return int(feasible[0]) if feasible.size else None
+        row = goodput_rows(job, kmax, self.noise_scale(job, 0.0), self.hosts)
+        counts = range(job.min_gpus, kmax + 1) if job.elastic else (job.requested_gpus,) if job.requested_gpus <= kmax else ()
+        # Scalar look-ups: admission asks this of every queued job at every decision.
+        return next((k for k in counts if row.goodput[k] > -math.inf), None)
 
 
 @register("goodput_dp")
