@@ -217,6 +217,7 @@ class RescaleKind(str, Enum):
     IN_PLACE = "in_place"
     RESTART = "restart"
     STOP = "stop"
+    BATCH = "batch"  # same GPUs, another batch (or accumulation): applied at a step boundary, no regroup
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from prefect import flow, task
 from allocator.admission import OverflowMode
 from allocator.loop import LoopResult, LoopSettings
 from allocator.policies import make_policy
-from allocator.simulator import RescaleCost, simulate
+from allocator.simulator import RescaleCost, physics_of, simulate
 from allocator.specs import JobsFile
 from allocator.types import JobSpec
 from flows.recording.artifacts import publish_results, summary_markdown
@@ -82,7 +82,10 @@ def simulate_flow(
     start_ms = int(time.time() * 1000)
     result = simulate_loop(jobs, chosen, capacity, loop_settings, in_place_cost_s, start_cost_s)
     name = run_name or f"simulate-{Path(jobs_file).stem}-{chosen}"
-    recorded = record_simulation(name, result, jobs, start_ms, {"jobs_file": str(jobs_file), "in_place_cost_s": in_place_cost_s, "start_cost_s": start_cost_s})
+    physics = physics_of(jobs).value  # goodput when any job carries a noise scale (allocator.simulator.run)
+    recorded = record_simulation(
+        name, result, jobs, start_ms, {"jobs_file": str(jobs_file), "in_place_cost_s": in_place_cost_s, "start_cost_s": start_cost_s, "physics": physics}
+    )
     publish_results(
         "simulate",
         result,
@@ -90,7 +93,10 @@ def simulate_flow(
         summary_markdown(
             f"Simulated {Path(jobs_file).name} under {chosen} on {capacity} GPUs",
             recorded.outcomes,
-            [f"MLflow parent run `{recorded.parent_run}`", f"avg JCT {recorded.metrics.avg_jct_s or 0:.1f} s, rescales {recorded.metrics.rescales}"],
+            [
+                f"MLflow parent run `{recorded.parent_run}`",
+                f"{physics} physics: avg JCT {recorded.metrics.avg_jct_s or 0:.1f} s, rescales {recorded.metrics.rescales}",
+            ],
         ),
     )
     return SimulateOutcome(result, recorded)

@@ -13,7 +13,7 @@ starve). For a fixed J that is the separable sum of s^p (p > 0), log s (p = 0) o
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -73,6 +73,23 @@ class GoodputDP:
             return self.default_noise_scale
         return trajectory.at(samples_done / job.total_samples)
 
+    def check_physics(self, jobs: Sequence[JobSpec]) -> None:
+        """Refuse a model of noise that contradicts the jobs' own (the run's physics charges
+        theirs): a ``noise`` entry unlike the job's ``noise_scale``, or a finite
+        ``default_noise_scale`` for a job without one (its samples all count the same)."""
+        for job in jobs:
+            key = job.id if job.id in self.noise else job.workload if job.workload in self.noise else None
+            if key is not None and self.noise[key] != (job.noise_scale or NoiseTrajectory.constant(math.inf)):
+                raise ValueError(
+                    f"goodput_dp.noise[{key!r}]={_show(self.noise[key])}: job {job.id!r} has noise_scale={_show(job.noise_scale)}, "
+                    "which is what the run's physics charges; give the noise scale on the job (docs/jobs-file.md) instead"
+                )
+            if key is None and job.noise_scale is None and math.isfinite(self.default_noise_scale):
+                raise ValueError(
+                    f"goodput_dp.default_noise_scale={self.default_noise_scale:g}: job {job.id!r} carries no noise_scale, so the "
+                    "run's physics counts its samples the same at every batch; give the jobs a noise_scale (docs/jobs-file.md) instead"
+                )
+
     def allocate(self, snapshot: ClusterSnapshot) -> Allocation:
         jobs = snapshot.jobs
         if not jobs:
@@ -110,6 +127,12 @@ class GoodputDP:
         counts = range(job.min_gpus, kmax + 1) if job.elastic else (job.requested_gpus,) if job.requested_gpus <= kmax else ()
         # Scalar look-ups: admission asks this of every queued job at every decision.
         return next((k for k in counts if row.goodput[k] > -math.inf), None)
+
+
+def _show(trajectory: NoiseTrajectory | None) -> str:
+    if trajectory is None:
+        return "none"
+    return f"{trajectory.values[0]:g}" if trajectory.is_constant else f"a trajectory of {len(trajectory.values)} values"
 
 
 @register("goodput_dp")
