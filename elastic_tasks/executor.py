@@ -46,7 +46,7 @@ from elastic_tasks.cluster import WorkerPool
 from elastic_tasks.coordinator.job import JobCoordinator
 from elastic_tasks.coordinator.outcomes import JobResult
 from elastic_tasks.coordinator.packing import host_of
-from elastic_tasks.protocol import TrainConfig
+from elastic_tasks.protocol import PlanKind, TrainConfig
 from elastic_tasks.coordinator.refit_watch import JobRefit, RefitSettings
 
 
@@ -171,7 +171,8 @@ class DaskExecutor:
         outcome = job.rescale(after.gpus, after.batch)
         if outcome is None:
             return None  # the job ended first: nothing was rescaled, its completion frees it
-        return RescaleEvent(now, job_id, before, after, RescaleKind.IN_PLACE, outcome.pause_s, measured=True)
+        kind = RescaleKind.BATCH if outcome.kind == PlanKind.BATCH else RescaleKind.IN_PLACE
+        return RescaleEvent(now, job_id, before, after, kind, outcome.pause_s, measured=True)
 
     def _fail(self, job_id: str, reason: str) -> None:
         self._failures[job_id] = reason
