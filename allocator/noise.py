@@ -69,7 +69,7 @@ class NoiseTrajectory:
         order = sorted(range(len(fractions)), key=lambda i: float(fractions[i]))
         f = [float(fractions[i]) for i in order]
         v = [float(noise_scales[i]) for i in order]
-        mids = [(a + b) / 2 for a, b in zip(f, f[1:])]
+        mids = [round((a + b) / 2, 12) for a, b in zip(f, f[1:])]  # 0.3, not 0.30000000000000004, in files
         return cls((0.0, *mids, 1.0), tuple(v))
 
     @property

@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from enum import Enum
 
 import numpy as np
 
+from allocator.admission import admit_in_order
 from allocator.goodput import NoiseTrajectory, goodput_rows
 from allocator.policies.base import register
 from allocator.policies.dp import solve_dp
 from allocator.topology import gpus_per_host
+from allocator.protocols import AdmissionDecision, OverflowMode
 from allocator.types import Allocation, ClusterSnapshot, InfeasibleError, JobSpec, Share
 
 
@@ -50,6 +53,7 @@ class GoodputDP:
     default_noise_scale: float = math.inf
     p: float = 1.0
     hosts: int | None = None
+    rescale_cost_s: float = 1.0  # RescaleCost's in-place default; the CLI passes the run's own cost
     name: str = "goodput_dp"
 
     def __post_init__(self) -> None:
@@ -59,6 +63,8 @@ class GoodputDP:
             raise ValueError(f"goodput_dp.default_noise_scale={self.default_noise_scale!r}: must be > 0")
         if self.hosts is not None and not (isinstance(self.hosts, int) and self.hosts >= 1):
             raise ValueError(f"goodput_dp.hosts={self.hosts!r}: must be a positive integer")
+        if not (isinstance(self.rescale_cost_s, (int, float)) and math.isfinite(self.rescale_cost_s) and self.rescale_cost_s >= 0):
+            raise ValueError(f"goodput_dp.rescale_cost_s={self.rescale_cost_s!r}: must be a finite number of seconds >= 0")
         for key, trajectory in self.noise.items():
             if not isinstance(trajectory, NoiseTrajectory):
                 raise ValueError(f"goodput_dp.noise[{key!r}]={trajectory!r}: must be a NoiseTrajectory")
@@ -113,11 +119,31 @@ class GoodputDP:
         low = np.array([j.min_gpus if j.elastic else j.requested_gpus for j in jobs])[:, None]
         high = np.array([j.max_gpus if j.elastic else j.requested_gpus for j in jobs])[:, None]
         ks = np.arange(kmax + 1)[None, :]
-        values = fairness_value(np.where((ks >= low) & (ks <= high), goodput, -np.inf) / goodput[:, 1:2], self.p)
+        one = goodput[:, 1:2].copy()
+        if self.rescale_cost_s > 0:
+            goodput = self._after_rescale(snapshot, goodput)
+        values = fairness_value(np.where((ks >= low) & (ks <= high), goodput, -np.inf) / one, self.p)
         counts, _ = solve_dp(values, snapshot.capacity)
         return Allocation(
             tuple((j.id, Share(gpus=int(k), batch=int(r.batches[k]), accum_steps=int(r.accum[k]))) for j, r, k in zip(jobs, rows, counts))
         )
+
+    def _after_rescale(self, snapshot: ClusterSnapshot, goodput: np.ndarray) -> np.ndarray:
+        """A running job moved to another GPU count loses ``rescale_cost_s`` of progress: over the
+        R_k = remaining work / goodput(k) seconds it would then run, it averages goodput(k) R_k / (R_k + cost).
+        A job near its end gains little from a change and pays the whole pause (a batch-only change, at
+        the same count, pays nothing)."""
+        out = goodput.copy()
+        for i, r in enumerate(snapshot.running):
+            if r.share is None:
+                continue
+            row = out[i]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                remaining_s = r.remaining_samples / row
+                factor = np.where(row > 0, remaining_s / (remaining_s + self.rescale_cost_s), 1.0)
+            factor[r.share.gpus] = 1.0
+            out[i] = np.where(np.isfinite(row), row * factor, row)
+        return out
 
     def min_gpus(self, job: JobSpec, capacity: int) -> int | None:
         kmax = min(capacity, job.max_gpus)
@@ -127,6 +153,33 @@ class GoodputDP:
         counts = range(job.min_gpus, kmax + 1) if job.elastic else (job.requested_gpus,) if job.requested_gpus <= kmax else ()
         # Scalar look-ups: admission asks this of every queued job at every decision.
         return next((k for k in counts if row.goodput[k] > -math.inf), None)
+
+
+class QueueOrder(str, Enum):
+    """Which queued job starts first when not all fit."""
+
+    FIFO = "fifo"  # arrival order: the loop's admission (strict FIFO or backfill, as the loop is set)
+    RESPONSE = "response"  # highest response ratio next: (waiting + predicted run) / predicted run
+
+
+@dataclass(frozen=True, slots=True)
+class GoodputDPByResponse(GoodputDP):
+    """goodput_dp starting queued jobs by highest response ratio next (Brinch Hansen's HRRN).
+
+    A job's predicted run is its work over its best one-GPU goodput (its own model: noise scale,
+    batch, accumulation); (wait + run) / run favours short jobs, as shortest-first does, and
+    grows with the wait, so a long job is not passed over for ever. In that order, strictly:
+    the first that does not fit waits, and so do those behind it.
+    """
+
+    def admit(self, snapshot: ClusterSnapshot, mode: OverflowMode) -> AdmissionDecision:
+        def ratio(job: JobSpec) -> float:
+            rate = float(goodput_rows(job, 1, self.noise_scale(job, 0.0), self.hosts).goodput[1])
+            run = job.total_samples / rate if rate > 0 else math.inf
+            return (max(snapshot.time - job.arrival_time, 0.0) + run) / run if math.isfinite(run) else 1.0
+
+        order = sorted(snapshot.queued, key=lambda j: (-ratio(j), j.arrival_time, j.id))
+        return admit_in_order(replace(snapshot, queued=tuple(order)), self, mode, strict_fifo=True)
 
 
 def _show(trajectory: NoiseTrajectory | None) -> str:
@@ -141,5 +194,12 @@ def _make(
     default_noise_scale: float = math.inf,
     p: float = 1.0,
     hosts: int | None = None,
+    rescale_cost_s: float = 1.0,
+    queue: object = "fifo",
 ) -> GoodputDP:
-    return GoodputDP(noise=dict(noise or {}), default_noise_scale=float(default_noise_scale), p=float(p), hosts=hosts)
+    try:
+        order = QueueOrder(queue)
+    except ValueError:
+        raise ValueError(f"goodput_dp.queue={queue!r}: choose one of {', '.join(q.value for q in QueueOrder)}") from None
+    kind = GoodputDPByResponse if order is QueueOrder.RESPONSE else GoodputDP
+    return kind(noise=dict(noise or {}), default_noise_scale=float(default_noise_scale), p=float(p), hosts=hosts, rescale_cost_s=float(rescale_cost_s))

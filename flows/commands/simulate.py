@@ -320,6 +320,9 @@ def simulate_command(
             fail(f"gpus={capacity}: give a positive --gpus (or 'gpus' in the jobs file)")
         names = policy or ["elastic_dp"]
         settings = policy_settings(names, param or [], strict_fifo)
+        for name in names:  # a policy that weighs rescale costs plans with this run's
+            if "rescale_cost_s" in policy_parameters(name):
+                settings[name].setdefault("rescale_cost_s", cost.in_place_s if cost.in_place else cost.restart_s)
         for name in names:
             check_physics(make_policy(name, **settings[name]), jobs)  # fail fast on a bad name or value, before any work
         loop = LoopSettings(interval_s=interval, overflow=overflow, react_to_events=react, strict_fifo=DEFAULT_LOOP.strict_fifo if strict_fifo is None else strict_fifo)
