@@ -51,7 +51,7 @@ class GoodputDP:
 
     noise: Mapping[str, NoiseTrajectory] = field(default_factory=dict)
     default_noise_scale: float = math.inf
-    p: float = 1.0
+    p: float = 0.0  # the geometric mean: best on Pollux's workloads, even elsewhere (docs/policies.md)
     hosts: int | None = None
     rescale_cost_s: float = 1.0  # RescaleCost's in-place default; the CLI passes the run's own cost
     name: str = "goodput_dp"
@@ -192,7 +192,7 @@ def _show(trajectory: NoiseTrajectory | None) -> str:
 def _make(
     noise: Mapping[str, NoiseTrajectory] | None = None,
     default_noise_scale: float = math.inf,
-    p: float = 1.0,
+    p: float = 0.0,
     hosts: int | None = None,
     rescale_cost_s: float = 1.0,
     queue: object = "fifo",
