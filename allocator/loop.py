@@ -300,6 +300,7 @@ def run_loop(
             if decision is not None:
                 if isinstance(policy, NoiseModel):
                     decided_noise = {r.spec.id: policy.noise_scale(r.spec, r.samples_done, r.noise_scale) for r in snapshot.running}
+                    decided_noise |= {j.id: policy.noise_scale(j, 0.0) for j in decision.admission.admitted}
                 new = decision.allocation
                 for job in decision.admission.admitted:
                     running[job.id] = job
