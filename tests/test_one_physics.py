@@ -156,3 +156,15 @@ def test_goodput_dp_changes_batch_in_place_when_the_noise_scale_grows():
     half_time = 200_000 / (raw * (20 + 16) / (20 + first.batch))
     assert batch_events[0].time == pytest.approx(math.ceil(half_time / 5.0) * 5.0)
     assert not [e for e in result.events if e.kind is RescaleKind.IN_PLACE]
+
+
+def test_the_example_jobs_file_shows_each_form_and_runs_on_goodput(tmp_path):
+    example = Path(__file__).resolve().parents[1] / "examples" / "jobs-goodput.yaml"
+    jobs = {j.id: j for j in load_jobs_file(example).jobs}
+    assert physics_of(jobs.values()) is Physics.GOODPUT
+    assert len(jobs["resnet50-a"].noise_scale.values) == 4 and jobs["alexnet-b"].noise_scale.values == (90.0,)
+    assert jobs["vgg11-c"].noise_scale.values == (pytest.approx(64 * 0.6 / 0.2),) and jobs["vgg11-c"].base_batch == 64
+    result = runner.invoke(app, ["simulate", str(example), "-p", "goodput_dp", "-p", "elastic_dp", "-p", "fixed_batch_dp", "--no-plots", "-o", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert {p: (s["physics"], s["completed"]) for p, s in summary.items()} == {p: ("goodput", 4) for p in ("goodput_dp", "elastic_dp", "fixed_batch_dp")}
