@@ -15,7 +15,7 @@ from prefect import flow, task
 
 from allocator.admission import OverflowMode
 from allocator.loop import LoopResult, LoopSettings
-from allocator.policies import make_policy
+from allocator.policies import make_policy, policy_parameters
 from allocator.simulator import RescaleCost, physics_of, simulate
 from allocator.specs import JobsFile
 from allocator.types import JobSpec
@@ -45,7 +45,9 @@ def load_jobs(jobs_file: str) -> tuple[tuple[JobSpec, ...], int | None, str | No
 
 @task(name="simulate-loop")
 def simulate_loop(jobs: Sequence[JobSpec], policy: str, capacity: int, settings: LoopSettings, in_place_cost_s: float, start_cost_s: float = 0.0) -> LoopResult:
-    return simulate(jobs, make_policy(policy), capacity, settings, RescaleCost(in_place_s=in_place_cost_s, start_s=start_cost_s))
+    # A policy that weighs rescale costs plans with this run's (as `malleable simulate` gives it).
+    params = {"rescale_cost_s": in_place_cost_s} if "rescale_cost_s" in policy_parameters(policy) else {}
+    return simulate(jobs, make_policy(policy, **params), capacity, settings, RescaleCost(in_place_s=in_place_cost_s, start_s=start_cost_s))
 
 
 @task(name="record-mlflow", retries=2, retry_delay_seconds=2)
