@@ -35,9 +35,10 @@ class SupportsPhysicsCheck(Protocol):
     """A policy that models part of the physics (a noise scale) and can say when its model
     contradicts the jobs' own: ValueError naming its parameter and value."""
 
-    def check_physics(self, jobs: Sequence[JobSpec]) -> None: ...
+    def check_physics(self, jobs: Sequence[JobSpec], gpus_per_host: int | None = None) -> None: ...
 
 
-def check_physics(policy: Policy, jobs: Sequence[JobSpec]) -> None:
+def check_physics(policy: Policy, jobs: Sequence[JobSpec], gpus_per_host: int | None = None) -> None:
+    """``gpus_per_host``: the hosts the physics places jobs on (None: one flat network)."""
     if isinstance(policy, SupportsPhysicsCheck):
-        policy.check_physics(jobs)
+        policy.check_physics(jobs, gpus_per_host)

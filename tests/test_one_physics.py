@@ -168,3 +168,19 @@ def test_the_example_jobs_file_shows_each_form_and_runs_on_goodput(tmp_path):
     assert result.exit_code == 0, result.output
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert {p: (s["physics"], s["completed"]) for p, s in summary.items()} == {p: ("goodput", 4) for p in ("goodput_dp", "elastic_dp", "fixed_batch_dp")}
+
+
+def test_hosts_the_physics_does_not_model_are_refused():
+    import dataclasses
+
+    from allocator.types import AllreduceModel
+
+    profile = dataclasses.replace(make_profile("tiny", rate=RATE, overhead_s=OVERHEAD, cap=64), inter_host=AllreduceModel(1e-3, 1e-9))
+    from allocator.noise import NoiseTrajectory
+
+    jobs = [make_job("a", profile, noise_scale=NoiseTrajectory.constant(100.0))]
+    with pytest.raises(ValueError, match=r"^goodput_dp.hosts=4: the run's physics places jobs on one flat network"):
+        simulate(jobs, make_policy("goodput_dp", hosts=4), 8)
+    with pytest.raises(ValueError, match=r"^goodput_dp.hosts=None: the run's physics places jobs on hosts of 4 GPUs"):
+        simulate(jobs, make_policy("goodput_dp"), 8, gpus_per_host=4)
+    assert simulate(jobs, make_policy("goodput_dp", hosts=4), 8, gpus_per_host=4).record("a").finish > 0

@@ -79,10 +79,13 @@ class GoodputDP:
             return self.default_noise_scale
         return trajectory.at(samples_done / job.total_samples)
 
-    def check_physics(self, jobs: Sequence[JobSpec]) -> None:
-        """Refuse a model of noise that contradicts the jobs' own (the run's physics charges
-        theirs): a ``noise`` entry unlike the job's ``noise_scale``, or a finite
-        ``default_noise_scale`` for a job without one (its samples all count the same)."""
+    def check_physics(self, jobs: Sequence[JobSpec], gpus_per_host: int | None = None) -> None:
+        """Refuse a model that contradicts the run's physics: a ``noise`` entry unlike the job's
+        ``noise_scale``, a finite ``default_noise_scale`` for a job without one (its samples all
+        count the same), or ``hosts`` other than the physics' when a profile prices crossing hosts."""
+        if self.hosts != gpus_per_host and any(j.profile.inter_host is not None for j in jobs):
+            physics = "one flat network (no allreduce across hosts)" if gpus_per_host is None else f"hosts of {gpus_per_host} GPUs"
+            raise ValueError(f"goodput_dp.hosts={self.hosts!r}: the run's physics places jobs on {physics}; set hosts to match")
         for job in jobs:
             key = job.id if job.id in self.noise else job.workload if job.workload in self.noise else None
             if key is not None and self.noise[key] != (job.noise_scale or NoiseTrajectory.constant(math.inf)):

@@ -38,7 +38,7 @@ def simulate(
     goodput physics; asking the other for them is an error.
     """
     listed = list(jobs)
-    check_physics(policy, listed)
+    check_physics(policy, listed, gpus_per_host)
     if physics_of(listed) is Physics.GOODPUT:
         if costs:
             raise ValueError(f"costs={sorted(costs)!r}: per-job rescale costs are modelled by throughput physics only; these jobs carry noise scales")

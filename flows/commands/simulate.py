@@ -324,7 +324,7 @@ def simulate_command(
             if "rescale_cost_s" in policy_parameters(name):
                 settings[name].setdefault("rescale_cost_s", cost.in_place_s if cost.in_place else cost.restart_s)
         for name in names:
-            check_physics(make_policy(name, **settings[name]), jobs)  # fail fast on a bad name or value, before any work
+            check_physics(make_policy(name, **settings[name]), jobs, None)  # fail fast on a bad name or value, before any work
         loop = LoopSettings(interval_s=interval, overflow=overflow, react_to_events=react, strict_fifo=DEFAULT_LOOP.strict_fifo if strict_fifo is None else strict_fifo)
         check_output_dir(out, "--out")
         out.mkdir(parents=True, exist_ok=True)
