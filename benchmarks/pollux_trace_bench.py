@@ -189,7 +189,7 @@ def main() -> None:
                 "goodput_dp", hosts=GPUS_PER_NODE, p=p, queue=queue, rescale_cost_s=cost.in_place_s
             )
     if args.cost_blind:
-        policies["goodput_dp_cost_blind"] = lambda: make_policy("goodput_dp", hosts=GPUS_PER_NODE)
+        policies["goodput_dp_cost_blind"] = lambda: make_policy("goodput_dp", hosts=GPUS_PER_NODE, rescale_cost_s=0.0)
     if args.baselines:
         policies["elastic_dp"] = lambda: make_policy("elastic_dp")
         policies["fixed_batch_dp"] = lambda: make_policy("fixed_batch_dp")
