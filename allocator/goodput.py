@@ -21,69 +21,26 @@ the profile's inter-host allreduce fit when h > 1 and one is known (see ``alloca
 
 from __future__ import annotations
 
-import bisect
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from allocator.noise import NoiseTrajectory
 from allocator.throughput import t_proc
 from allocator.topology import comm_time, hosts_spanned
-from allocator.types import JobSpec
+from allocator.types import JobSpec, ThroughputProfile
 
-
-def _check_positive(name: str, value: float) -> None:
-    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 and not math.isnan(value)):
-        raise ValueError(f"{name}={value!r}: must be a number > 0 (inf allowed: no gradient noise limit)")
-
-
-@dataclass(frozen=True, slots=True)
-class NoiseTrajectory:
-    """A job's gradient noise scale over its progress, piecewise constant.
-
-    ``bounds`` are progress fractions 0 = f0 < f1 < ... < fn = 1; ``values[i]`` is B_noise on
-    [f_i, f_{i+1}). B_noise typically grows as training proceeds (McCandlish et al., Fig. 6),
-    which is why a goodput policy raises batches late in a job.
-    """
-
-    bounds: tuple[float, ...]
-    values: tuple[float, ...]
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "bounds", tuple(float(b) for b in self.bounds))
-        object.__setattr__(self, "values", tuple(float(v) for v in self.values))
-        b, v = self.bounds, self.values
-        if len(b) < 2 or b[0] != 0.0 or b[-1] != 1.0 or any(y <= x for x, y in zip(b, b[1:])):
-            raise ValueError(f"NoiseTrajectory.bounds={b!r}: must rise strictly from 0 to 1")
-        if len(v) != len(b) - 1:
-            raise ValueError(f"NoiseTrajectory.values={v!r}: need {len(b) - 1} values for {len(b)} bounds")
-        for x in v:
-            _check_positive("NoiseTrajectory.values", x)
-
-    @classmethod
-    def constant(cls, noise_scale: float) -> NoiseTrajectory:
-        return cls((0.0, 1.0), (noise_scale,))
-
-    @classmethod
-    def from_points(cls, fractions: Sequence[float], noise_scales: Sequence[float]) -> NoiseTrajectory:
-        """Measured (progress fraction, B_noise) points -> segments split halfway between points."""
-        if len(fractions) == 0 or len(fractions) != len(noise_scales):
-            raise ValueError(f"fractions={list(fractions)!r}: need one per noise scale, at least one")
-        order = np.argsort(np.asarray(fractions, dtype=float), kind="stable")
-        f = [float(fractions[i]) for i in order]
-        v = [float(noise_scales[i]) for i in order]
-        mids = [(a + b) / 2 for a, b in zip(f, f[1:])]
-        return cls((0.0, *mids, 1.0), tuple(v))
-
-    def at(self, fraction: float) -> float:
-        i = bisect.bisect_right(self.bounds, min(max(fraction, 0.0), 1.0)) - 1
-        return self.values[min(i, len(self.values) - 1)]
+__all__ = ["GoodputTable", "NoiseModel", "NoiseTrajectory", "SpecNoise", "WorkMeter", "base_batch", "efficiency", "goodput_table", "raw_sample_budget", "step_time"]
 
 
 def base_batch(spec: JobSpec) -> int:
-    """B0: the batch the job's work is defined at — its fixed batch if it has one, else its smallest."""
+    """B0: the batch the job's work is defined at — its ``base_batch`` if given, else its fixed
+    batch if it has one, else its smallest."""
+    if spec.base_batch is not None:
+        return spec.base_batch
     return spec.fixed_batch if spec.fixed_batch is not None else spec.min_batch
 
 
@@ -115,17 +72,136 @@ class GoodputTable:
         return np.flatnonzero(np.isfinite(self.goodput))
 
 
-MAX_CANDIDATES = 4096
+# Above this many candidate configurations per table (absurd ranges: a memory cap of a few
+# samples and a maximum batch of a million) the table is built on a geometric grid of batches.
+MAX_CANDIDATES = 1 << 18
 
 
-def _candidates(lo: int, hi: int) -> np.ndarray:
-    """Every batch in [lo, hi]; for very wide ranges, the first MAX_CANDIDATES/2 and a geometric
-    grid above them (goodput is smooth in B there, and the table stays kmax x 4096)."""
-    if hi - lo + 1 <= MAX_CANDIDATES:
-        return np.arange(lo, hi + 1, dtype=np.int64)
-    half = MAX_CANDIDATES // 2
-    grid = np.round(np.geomspace(lo + half, hi, half)).astype(np.int64)
-    return np.unique(np.concatenate([np.arange(lo, lo + half, dtype=np.int64), grid, [hi]]))
+def _block_tops(lo: int, hi: int, kmax: int, cap: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The candidate configurations (k, s, c, B), grouped by GPU count k, batch rising within each k.
+
+    On k GPUs a global batch B runs s = ceil(B / (k cap)) micro-steps of c = ceil(B / (k s))
+    samples per rank, and the step time depends on (k, s, c) only. Within one such block the
+    goodput rises with B (throughput is proportional to B, and B / (B_noise + B) rises), so the
+    block's best batch is its largest in range, min(k s c, hi): one candidate per block,
+    about (hi - lo) ln(kmax) of them in all, instead of kmax x (hi - lo) batches.
+    """
+    ks = np.arange(1, kmax + 1, dtype=np.int64)
+    s_lo = np.maximum(1, -(-lo // (ks * cap)))
+    s_hi = -(-hi // (ks * cap))
+    n_s = s_hi - s_lo + 1
+    k_of, s_of = np.repeat(ks, n_s), _ranges(s_lo, n_s)
+    ks_of = k_of * s_of
+    # c such that B = k s c lies above the (s - 1)-step range and at or above lo, up to the cap.
+    c_lo = -(-np.maximum(lo, k_of * cap * (s_of - 1) + 1) // ks_of)
+    c_hi = np.minimum(cap, -(-hi // ks_of))
+    n_c = np.maximum(c_hi - c_lo + 1, 0)
+    if int(n_c.sum()) > MAX_CANDIDATES:
+        return _grid(lo, hi, kmax, cap)
+    k, s, c = np.repeat(k_of, n_c), np.repeat(s_of, n_c), _ranges(c_lo, n_c)
+    return k, s, c, np.minimum(k * s * c, hi)
+
+
+def _ranges(first: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """first[0], first[0] + 1, ... (counts[0] values), then first[1], ... — as one flat array."""
+    offsets = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+    return np.repeat(first, counts) + offsets
+
+
+def _grid(lo: int, hi: int, kmax: int, cap: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A geometric grid of 2048 batches in [lo, hi] for every k (goodput is smooth in B that far out)."""
+    batches = np.unique(np.round(np.geomspace(lo, hi, 2048)).astype(np.int64))
+    k = np.repeat(np.arange(1, kmax + 1, dtype=np.int64), batches.size)
+    b = np.tile(batches, kmax)
+    s = -(-b // (k * cap))
+    return k, s, -(-b // (k * s)), b
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """What a job's candidate configurations depend on: everything but the noise scale."""
+
+    profile: ThroughputProfile
+    lo: int
+    hi: int
+    kmax: int
+    gpus_per_host: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidates:
+    """Per GPU count (grouped, ``counts`` each, batch rising): batch, accumulation steps, samples/s."""
+
+    batch: np.ndarray
+    accum: np.ndarray
+    rate: np.ndarray
+    counts: np.ndarray
+    starts: np.ndarray
+
+
+@lru_cache(maxsize=1024)
+def _candidates(shape: _Shape) -> _Candidates:
+    """``_block_tops`` with their throughput, pruned to those a goodput maximum can pick.
+
+    E(B) never rises with B, so a candidate whose throughput is not above that of a smaller
+    batch on the same GPU count has no more goodput than it at any noise scale: dropping it
+    keeps every maximum and every tie's smallest batch. The first candidate of each count stays.
+    """
+    k, s, c, b = _block_tops(shape.lo, shape.hi, shape.kmax, shape.profile.max_batch_per_gpu)
+    ks = np.arange(1, shape.kmax + 1, dtype=np.int64)
+    hosts = np.ones(shape.kmax, dtype=np.int64) if shape.gpus_per_host is None else -(-ks // shape.gpus_per_host)
+    comm = np.asarray(comm_time(shape.profile, ks, hosts), dtype=float)
+    t = s * np.asarray(t_proc(shape.profile, c.astype(float)), dtype=float) + comm[k - 1]
+    rate = np.where(b >= k * s, b / t, 0.0)  # a rank with an empty micro-batch: infeasible
+    # Running maximum of the rate within each count, exactly: on the rates' ranks, with count
+    # k's ranks lifted above count k-1's so one accumulate serves every count.
+    rank = np.unique(rate, return_inverse=True)[1].reshape(-1).astype(np.int64)
+    lift = (k - 1) * (int(rank.max()) + 1)
+    running = np.maximum.accumulate(rank + lift) - lift
+    counts = np.bincount(k, minlength=shape.kmax + 1)[1:]
+    starts = np.cumsum(counts) - counts
+    keep = np.ones(rate.size, dtype=bool)
+    keep[1:] = rank[1:] > running[:-1]
+    keep[starts] = True
+    counts = np.bincount(k[keep], minlength=shape.kmax + 1)[1:]
+    return _Candidates(b[keep], s[keep], rate[keep], counts, np.cumsum(counts) - counts)
+
+
+@lru_cache(maxsize=4096)
+def _best_per_count(shape: _Shape, noise_scale: float, base: int) -> GoodputTable:
+    cand = _candidates(shape)
+    good = cand.rate * np.asarray(efficiency(noise_scale, base, cand.batch), dtype=float)
+    best = np.maximum.reduceat(good, cand.starts)
+    hits = np.flatnonzero(good == np.repeat(best, cand.counts))
+    first = hits[np.searchsorted(hits, cand.starts)]  # the first maximum of each k: the smallest batch among equals
+    batches = np.concatenate([[0], cand.batch[first]])
+    accum = np.concatenate([[1], cand.accum[first]])
+    goodput = np.concatenate([[-np.inf], np.where(best > 0, best, -np.inf)])
+    for array in (batches, accum, goodput):
+        array.setflags(write=False)
+    return GoodputTable(batches, accum, goodput)
+
+
+def goodput_rows(spec: JobSpec, kmax: int, noise_scale: float, gpus_per_host: int | None = None, batch: int | None = None) -> GoodputTable:
+    """The best batch, accumulation and goodput for k = 0..kmax GPUs, ignoring the job's GPU limits.
+
+    Read-only and cached: profiles are immutable and the same (job, noise scale) is asked for
+    at every decision. ``batch`` pins the global batch (a non-elastic job's is always pinned).
+    """
+    lo, hi = (batch, batch) if batch is not None else (spec.min_batch, spec.max_batch)
+    if not spec.elastic and batch is None:
+        lo = hi = spec.batch_when_fixed
+    return _best_per_count(_Shape(spec.profile, lo, hi, kmax, gpus_per_host), float(noise_scale), base_batch(spec))
+
+
+def allowed_counts(spec: JobSpec, kmax: int) -> np.ndarray:
+    """GPU counts 0..kmax the job may run on: [min_gpus, max_gpus], or a non-elastic job's requested count."""
+    allowed = np.zeros(kmax + 1, dtype=bool)
+    if spec.elastic:
+        allowed[spec.min_gpus : spec.max_gpus + 1] = True
+    elif spec.requested_gpus <= kmax:
+        allowed[spec.requested_gpus] = True
+    return allowed
 
 
 def goodput_table(
@@ -139,39 +215,14 @@ def goodput_table(
     """Best batch (with the fewest accumulation steps that fit) per GPU count, by goodput.
 
     ``batch`` pins the global batch; otherwise every batch in [min_batch, max_batch] is a
-    candidate (a grid for ranges wider than MAX_CANDIDATES). With ``limit_gpus`` counts outside the job's [min_gpus, max_gpus] (and, for a
-    non-elastic job, any count but its requested one) are infeasible. Ties go to the
-    smaller batch.
+    candidate (``_block_tops``: exactly, by one candidate per step-time block). With
+    ``limit_gpus`` counts outside the job's [min_gpus, max_gpus] (and, for a non-elastic job,
+    any count but its requested one) are infeasible. Ties go to the smaller batch.
     """
-    lo, hi = (batch, batch) if batch is not None else (spec.min_batch, spec.max_batch)
-    if not spec.elastic and batch is None:
-        lo = hi = spec.batch_when_fixed
-    cap = spec.profile.max_batch_per_gpu
-    cand = _candidates(lo, hi)
-    ks = np.arange(1, kmax + 1, dtype=np.int64)[:, None]
-    steps = -(-cand[None, :] // (ks * cap))
-    micro = -(-cand[None, :] // (ks * steps))
-    hosts = np.array([hosts_spanned(int(k), gpus_per_host) for k in ks[:, 0]])
-    comm = np.asarray(comm_time(spec.profile, ks[:, 0], hosts), dtype=float)[:, None]
-    t = steps * np.asarray(t_proc(spec.profile, micro.astype(float)), dtype=float) + comm
-    rate = np.where(cand[None, :] >= ks * steps, cand[None, :] / t, 0.0)
-    good = rate * np.asarray(efficiency(noise_scale, base_batch(spec), cand), dtype=float)[None, :]
-    best = np.argmax(good, axis=1)
-    rows = np.arange(kmax)
-    values = good[rows, best]
-    batches = np.zeros(kmax + 1, dtype=np.int64)
-    accum = np.ones(kmax + 1, dtype=np.int64)
-    out = np.full(kmax + 1, -np.inf)
-    batches[1:], accum[1:] = cand[best], steps[rows, best]
-    out[1:] = np.where(values > 0, values, -np.inf)
-    if limit_gpus:
-        allowed = np.zeros(kmax + 1, dtype=bool)
-        if spec.elastic:
-            allowed[spec.min_gpus : spec.max_gpus + 1] = True
-        elif spec.requested_gpus <= kmax:
-            allowed[spec.requested_gpus] = True
-        out[~allowed] = -np.inf
-    return GoodputTable(batches, accum, out)
+    rows = goodput_rows(spec, kmax, noise_scale, gpus_per_host, batch)
+    if not limit_gpus:
+        return rows
+    return GoodputTable(rows.batches, rows.accum, np.where(allowed_counts(spec, kmax), rows.goodput, -np.inf))
 
 
 @runtime_checkable
@@ -181,14 +232,28 @@ class NoiseModel(Protocol):
     def noise_scale(self, job: JobSpec, samples_done: float, reported: float | None = None) -> float: ...
 
 
+@dataclass(frozen=True, slots=True)
+class SpecNoise:
+    """The B_noise a job has when no goodput policy models it: its measured value, else its own
+    ``noise_scale`` trajectory at its progress, else none (inf: every sample counts the same)."""
+
+    def noise_scale(self, job: JobSpec, samples_done: float, reported: float | None = None) -> float:
+        if reported is not None:
+            return reported
+        if job.noise_scale is None:
+            return math.inf
+        return job.noise_scale.at(samples_done / job.total_samples)
+
+
 def raw_sample_budget(spec: JobSpec) -> int:
     """The most samples a job whose ``total_samples`` are base-batch-equivalent can need.
 
-    E(B) = (B_noise + B0) / (B_noise + B) >= B0 / B for every B_noise > 0, so at batches up to
-    B_max the job is done by total x B_max / B0 samples, whatever its noise scale does.
+    E(B) = (B_noise + B0) / (B_noise + B) >= min(1, B0 / B) for every B_noise > 0, so at batches
+    up to B_max the job is done by total x max(B_max, B0) / B0 samples, whatever its noise scale does.
     """
-    top = max(spec.max_batch, spec.batch_when_fixed)
-    return -(-spec.total_samples * top // base_batch(spec))
+    b0 = base_batch(spec)
+    top = max(spec.max_batch, spec.batch_when_fixed, b0)
+    return -(-spec.total_samples * top // b0)
 
 
 @dataclass(slots=True)

@@ -16,6 +16,7 @@ from enum import Enum
 
 from allocator.admission import OverflowMode, admit, reallocate
 from allocator.execution import Clock, Executor, reported_noise_scale, reported_profile
+from allocator.goodput import NoiseModel
 from allocator.policies.base import Policy
 from allocator.sources import EPS, JobSource, StaticJobs
 from allocator.types import Allocation, ClusterSnapshot, InfeasibleError, JobSpec, RescaleEvent, RunningJob
@@ -165,6 +166,17 @@ def _as_measured(spec: JobSpec, executor: Executor, now: float) -> JobSpec:
     return spec if profile is None else dataclasses.replace(spec, profile=profile)
 
 
+def _noise_moved(policy: Policy, running: dict[str, JobSpec], executor: Executor, now: float, decided: dict[str, float]) -> bool:
+    """Did the noise scale a noise-aware policy sees for a running job change since its last decision?"""
+    if not isinstance(policy, NoiseModel):
+        return False
+    for job_id, spec in running.items():
+        seen = policy.noise_scale(spec, executor.progress(job_id, now), reported_noise_scale(executor, job_id, now))
+        if seen != decided.get(job_id):
+            return True
+    return False
+
+
 def _remove(allocation: Allocation, job_id: str) -> Allocation:
     return Allocation(tuple(p for p in allocation.shares if p[0] != job_id))
 
@@ -204,6 +216,7 @@ def run_loop(
     next_tick = start_time
     dirty = False
     decisions = 0
+    decided_noise: dict[str, float] = {}  # each running job's noise scale, as a noise-aware policy saw it at its last decision
 
     def tell(now: float, job_id: str, phase: JobPhase, detail: str = "") -> None:
         if on_job is not None:
@@ -266,6 +279,8 @@ def run_loop(
                 allocation = executor.in_effect(allocation)  # a lost worker shrank its job
 
         on_tick = now >= next_tick - EPS
+        if on_tick and not dirty and _noise_moved(policy, running, executor, now, decided_noise):
+            dirty = True  # a goodput policy's batch follows a job's noise scale: decide again at the tick
         if dirty and (on_tick or settings.react_to_events) and allocation.total_gpus <= cap:
             snapshot = ClusterSnapshot(
                 time=now,
@@ -283,6 +298,9 @@ def run_loop(
             except InfeasibleError:
                 decision = None  # keep what runs; try again at the next tick
             if decision is not None:
+                if isinstance(policy, NoiseModel):
+                    decided_noise = {r.spec.id: policy.noise_scale(r.spec, r.samples_done, r.noise_scale) for r in snapshot.running}
+                    decided_noise |= {j.id: policy.noise_scale(j, 0.0) for j in decision.admission.admitted}
                 new = decision.allocation
                 for job in decision.admission.admitted:
                     running[job.id] = job

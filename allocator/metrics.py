@@ -35,6 +35,8 @@ class RunMetrics:
     rescales: int
     rescale_cost_s: float
     makespan_s: float
+    batch_changes: int = 0  # same GPUs, another batch: not a rescale (no regroup)
+    batch_change_cost_s: float = 0.0
 
 
 def gpu_seconds_by_job(result: LoopResult) -> dict[str, float]:
@@ -76,6 +78,7 @@ def summarise(result: LoopResult, specs: Mapping[str, JobSpec]) -> RunMetrics:
     opt = sum(r.samples_done / baseline_rate(specs[r.job_id]) for r in records if r.start is not None)
     act = sum(gpu_seconds_by_job(result).values())
     resizes = [e for e in result.events if e.kind in (RescaleKind.IN_PLACE, RescaleKind.RESTART)]
+    batch_only = [e for e in result.events if e.kind is RescaleKind.BATCH]
     dropped = sum(r.dropped for r in records)
     return RunMetrics(
         policy=result.policy,
@@ -93,6 +96,8 @@ def summarise(result: LoopResult, specs: Mapping[str, JobSpec]) -> RunMetrics:
         rescales=len(resizes),
         rescale_cost_s=float(sum(e.cost_s for e in resizes if e.cost_s is not None)),
         makespan_s=result.end_time,
+        batch_changes=len(batch_only),
+        batch_change_cost_s=float(sum(e.cost_s for e in batch_only if e.cost_s is not None)),
     )
 
 

@@ -5,7 +5,13 @@ Format::
     {"workload": "resnet50-cifar100", "hardware": "...", "num_params": 23700000,
      "batch_sizes": [8, 16, 32], "iter_times_s": [0.01, 0.015, 0.026],
      "max_batch_per_gpu": 256,
-     "allreduce": {"latency_s": 5e-05, "seconds_per_param": 1.6e-10}}
+     "allreduce": {"latency_s": 5e-05, "seconds_per_param": 1.6e-10},
+     "inter_host": {"latency_s": 2e-04, "seconds_per_param": 8e-10},
+     "noise_scale": {"fractions": [0, 0.5], "values": [150, 420]}}
+
+``inter_host`` (optional) is the allreduce fit across hosts (``allreduce`` then holds the
+intra-host one); ``noise_scale`` (optional) the gradient noise scale in any form of
+``allocator.noise`` — jobs using the profile take it unless they give their own.
 """
 
 from __future__ import annotations
@@ -14,23 +20,43 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
+from allocator.noise import noise_from_value, noise_to_value
 from allocator.strict import check_fields, mapping
 from allocator.types import AllreduceModel, ThroughputProfile
 
 _REQUIRED = ("workload", "num_params", "batch_sizes", "iter_times_s", "max_batch_per_gpu")
-_KNOWN = frozenset(_REQUIRED + ("hardware", "allreduce"))
+_KNOWN = frozenset(_REQUIRED + ("hardware", "allreduce", "inter_host", "noise_scale"))
+
+
+def _ring(model: AllreduceModel) -> dict[str, float]:
+    return {"latency_s": model.latency_s, "seconds_per_param": model.seconds_per_param}
 
 
 def profile_to_dict(profile: ThroughputProfile) -> dict[str, object]:
-    return {
+    out: dict[str, object] = {
         "workload": profile.workload,
         "hardware": profile.hardware,
         "num_params": profile.num_params,
         "batch_sizes": list(profile.batch_sizes),
         "iter_times_s": list(profile.iter_times_s),
         "max_batch_per_gpu": profile.max_batch_per_gpu,
-        "allreduce": {"latency_s": profile.allreduce.latency_s, "seconds_per_param": profile.allreduce.seconds_per_param},
+        "allreduce": _ring(profile.allreduce),
     }
+    if profile.inter_host is not None:
+        out["inter_host"] = _ring(profile.inter_host)
+    if profile.noise_scale is not None:
+        out["noise_scale"] = noise_to_value(profile.noise_scale)
+    return out
+
+
+def _ring_from(value: object, where: str) -> AllreduceModel:
+    comm = value or {}
+    if not isinstance(comm, Mapping) or set(comm) - {"latency_s", "seconds_per_param"}:
+        raise ValueError(f"{where}={comm!r}: expected {{latency_s, seconds_per_param}}")
+    try:
+        return AllreduceModel(latency_s=comm.get("latency_s", 0.0), seconds_per_param=comm.get("seconds_per_param", 0.0))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: {exc}") from None
 
 
 def monotone_envelope(times: tuple[float, ...]) -> tuple[float, ...]:
@@ -52,9 +78,9 @@ def profile_from_dict(data: object, where: str = "profile", envelope: bool = Fal
     for key in ("batch_sizes", "iter_times_s"):
         if not isinstance(data[key], (list, tuple)):
             raise ValueError(f"{where}.{key}={data[key]!r}: must be a list")
-    comm = data.get("allreduce", {}) or {}
-    if not isinstance(comm, Mapping) or set(comm) - {"latency_s", "seconds_per_param"}:
-        raise ValueError(f"{where}.allreduce={comm!r}: expected {{latency_s, seconds_per_param}}")
+    allreduce = _ring_from(data.get("allreduce"), f"{where}.allreduce")
+    inter = None if data.get("inter_host") is None else _ring_from(data["inter_host"], f"{where}.inter_host")
+    noise = noise_from_value(data["noise_scale"], f"{where}.noise_scale") if data.get("noise_scale") is not None else None
     try:
         return ThroughputProfile(
             workload=data["workload"],
@@ -63,9 +89,9 @@ def profile_from_dict(data: object, where: str = "profile", envelope: bool = Fal
             batch_sizes=tuple(data["batch_sizes"]),
             iter_times_s=monotone_envelope(tuple(data["iter_times_s"])) if envelope else tuple(data["iter_times_s"]),
             max_batch_per_gpu=data["max_batch_per_gpu"],
-            allreduce=AllreduceModel(
-                latency_s=comm.get("latency_s", 0.0), seconds_per_param=comm.get("seconds_per_param", 0.0)
-            ),
+            allreduce=allreduce,
+            inter_host=inter,
+            noise_scale=noise,
         )
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{where}: {exc}") from None

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from allocator.checks import MAX_BATCH, finite_nonneg, positive_int, require
+from allocator.noise import NoiseTrajectory
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +35,9 @@ class ThroughputProfile:
     time — anything else is a measurement error we refuse rather than interpolate).
     ``max_batch_per_gpu`` is the memory cap: the largest per-GPU batch that fits.
     ``inter_host`` optionally fits allreduce across hosts separately (``allreduce`` then
-    holds the intra-host fit); None: one fit for both.
+    holds the intra-host fit); None: one fit for both. ``noise_scale``, when measured with the
+    profile (``malleable profile --noise``), is the gradient noise scale over the fraction of
+    work done that jobs using this profile take unless they give their own.
     """
 
     workload: str
@@ -45,6 +48,7 @@ class ThroughputProfile:
     allreduce: AllreduceModel = field(default_factory=AllreduceModel)
     hardware: str = "unknown"
     inter_host: AllreduceModel | None = None
+    noise_scale: NoiseTrajectory | None = None
 
     def __post_init__(self) -> None:
         owner = f"ThroughputProfile[{self.workload}]"
@@ -80,4 +84,7 @@ class ThroughputProfile:
         require(isinstance(self.allreduce, AllreduceModel), owner, "allreduce", self.allreduce, "must be an AllreduceModel")
         require(
             self.inter_host is None or isinstance(self.inter_host, AllreduceModel), owner, "inter_host", self.inter_host, "must be an AllreduceModel or None"
+        )
+        require(
+            self.noise_scale is None or isinstance(self.noise_scale, NoiseTrajectory), owner, "noise_scale", self.noise_scale, "must be a NoiseTrajectory or None"
         )

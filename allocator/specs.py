@@ -9,7 +9,8 @@ A job entry::
     max_batch: 256
     max_gpus: 8
     # optional: workload, min_gpus, gpus (requested, for non-elastic/fixed), elastic,
-    #           arrival_s, fixed_batch, priority, deadline_s, seed
+    #           arrival_s, fixed_batch, priority, deadline_s, seed,
+    #           noise_scale (any form of ``allocator.noise``), base_batch (B0)
 
 File reading and path resolution live in ``flows.config.jobfile``; this module only validates.
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from allocator.noise import noise_from_value
 from allocator.profile_io import profile_from_dict
 from allocator.strict import check_fields
 from allocator.types import JobSpec, ThroughputProfile
@@ -42,6 +44,8 @@ _JOB_FIELDS = frozenset(
         "priority",
         "deadline_s",
         "seed",
+        "noise_scale",
+        "base_batch",
     }
 )
 _REQUIRED = ("id", "profile", "min_batch", "max_batch", "max_gpus")
@@ -86,6 +90,8 @@ def job_from_dict(entry: object, index: int, profiles: Mapping[str, ThroughputPr
     else:
         profile = profile_from_dict(ref, f"{label}.profile")
     gpus = entry.get("gpus")
+    noise = entry.get("noise_scale")
+    noise_scale = None if noise is None else noise_from_value(noise, f"{label}.noise_scale")
     try:
         return JobSpec(
             id=entry["id"],
@@ -103,6 +109,8 @@ def job_from_dict(entry: object, index: int, profiles: Mapping[str, ThroughputPr
             priority=entry.get("priority", 0),
             deadline=entry.get("deadline_s"),
             seed=entry.get("seed"),
+            noise_scale=noise_scale,
+            base_batch=entry.get("base_batch"),
         )
     except ValueError as exc:
         # JobSpec names the job and field already; add the position in the file.

@@ -17,6 +17,7 @@ from enum import Enum
 
 from allocator.allocation import Allocation, Share, validate_allocation
 from allocator.checks import MAX_BATCH, finite_nonneg, positive_int, require
+from allocator.noise import NoiseTrajectory
 from allocator.profile_types import AllreduceModel, ThroughputProfile
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "ClusterSnapshot",
     "InfeasibleError",
     "JobSpec",
+    "NoiseTrajectory",
     "RescaleEvent",
     "RescaleKind",
     "RunningJob",
@@ -46,6 +48,11 @@ class JobSpec:
     ``min_batch``/``max_batch`` bound the *global* batch (all GPUs together), as seed 000's
     users give them. ``fixed_batch`` is the global batch a non-elastic job (and the
     fixed-batch baselines) run with; ``requested_gpus`` the GPU count a non-elastic job needs (default: ``min_gpus``).
+
+    ``noise_scale`` is the job's gradient noise scale over its progress (``allocator.noise``;
+    default: its profile's, else none — every sample counts the same, whatever the batch).
+    ``base_batch`` is B0, the batch its ``total_samples`` are counted at when it has one
+    (default: ``fixed_batch`` if set, else ``min_batch``; see ``allocator.goodput``).
     """
 
     id: str
@@ -63,6 +70,8 @@ class JobSpec:
     priority: int = 0
     deadline: float | None = None
     seed: int | None = None  # the job's sample order (None: the run's); policies ignore it
+    noise_scale: NoiseTrajectory | None = None
+    base_batch: int | None = None
 
     def __post_init__(self) -> None:
         owner = f"job {self.id!r}" if isinstance(self.id, str) and self.id else "job"
@@ -103,6 +112,18 @@ class JobSpec:
         require(isinstance(self.priority, int) and not isinstance(self.priority, bool), owner, "priority", self.priority, "must be an integer")
         if self.seed is not None:
             require(isinstance(self.seed, int) and not isinstance(self.seed, bool) and self.seed >= 0, owner, "seed", self.seed, "must be an integer >= 0")
+        if self.noise_scale is None and self.profile.noise_scale is not None:
+            object.__setattr__(self, "noise_scale", self.profile.noise_scale)
+        require(
+            self.noise_scale is None or isinstance(self.noise_scale, NoiseTrajectory),
+            owner,
+            "noise_scale",
+            self.noise_scale,
+            "must be a NoiseTrajectory or None",
+        )
+        if self.base_batch is not None:
+            positive_int(owner, "base_batch", self.base_batch)
+            require(self.base_batch <= MAX_BATCH, owner, "base_batch", self.base_batch, f"must be <= {MAX_BATCH:,} (MAX_BATCH)")
 
     @property
     def batch_when_fixed(self) -> int:
@@ -196,6 +217,7 @@ class RescaleKind(str, Enum):
     IN_PLACE = "in_place"
     RESTART = "restart"
     STOP = "stop"
+    BATCH = "batch"  # same GPUs, another batch (or accumulation): applied at a step boundary, no regroup
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,12 @@ Figures:
   dp_100x400_ms         median solve of the vectorised DP, 100 jobs x 400 GPUs, kmax 16 (>= 20 runs)
   dp_1000x10000_ms      median solve, 1000 jobs x 10000 GPUs, kmax 16
   policy_100x400_ms     elastic_dp.allocate end to end (value matrix + solve + shares), warm profile cache
+  goodput_100x400_ms    goodput_dp.allocate on the same jobs, each with its own noise scale, warm caches
+                        (the same snapshot again: a queue's jobs keep their noise scale)
+  goodput_cold_100x400_ms  goodput_dp.allocate where every job is running and reports a new noise
+                        scale at every decision (the real service): every goodput table recomputed
+  goodput_over_elastic_100x400, goodput_cold_over_elastic_100x400: ratios per decision, the three
+                        measured interleaved in one run (target <= 3)
   python_dp_100x400_ms  the same 100x400 program as three Python loops (seed 000's Algorithm 1)
   speedup_vs_python_dp  python_dp_100x400_ms / dp_100x400_ms
   brute_force_instances   random small instances (1-4 elastic jobs, <= 10 GPUs) where elastic_dp's
@@ -26,15 +32,16 @@ import json
 import math
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from allocator.noise import NoiseTrajectory
 from allocator.policies import make_policy
 from allocator.policies.dp import solve_dp, solve_dp_python
 from allocator.policies.elastic_dp import job_table
 from allocator.throughput import baseline_rate
-from allocator.types import AllreduceModel, ClusterSnapshot, InfeasibleError, JobSpec, ThroughputProfile
+from allocator.types import AllreduceModel, ClusterSnapshot, InfeasibleError, JobSpec, RunningJob, ThroughputProfile
 
 
 def random_jobs(n: int, kmax: int, rng: np.random.Generator) -> list[JobSpec]:
@@ -142,6 +149,28 @@ def median_ms(fn, repeats: int) -> float:
     return statistics.median(samples)
 
 
+def goodput_vs_elastic(jobs: list[JobSpec], capacity: int, repeats: int, rng: np.random.Generator) -> dict[str, float]:
+    """Per-decision time of elastic_dp and goodput_dp (warm and cold), interleaved in one loop."""
+    noisy = [replace(j, noise_scale=NoiseTrajectory.constant(float(rng.uniform(50, 5000)))) for j in jobs]
+    elastic, goodput = make_policy("elastic_dp"), make_policy("goodput_dp")
+    queued = ClusterSnapshot(0.0, capacity, queued=tuple(noisy))
+    elastic.allocate(queued), goodput.allocate(queued)  # warm caches, as a running autoscaler has them
+    times: dict[str, list[float]] = {"elastic": [], "goodput": [], "cold": []}
+    for _ in range(repeats):
+        running = ClusterSnapshot(0.0, capacity, running=tuple(RunningJob(j, None, 1000.0, noise_scale=float(rng.uniform(50, 5000))) for j in noisy))
+        for key, run in (("elastic", lambda: elastic.allocate(queued)), ("goodput", lambda: goodput.allocate(queued)), ("cold", lambda: goodput.allocate(running))):
+            t0 = time.perf_counter()
+            run()
+            times[key].append((time.perf_counter() - t0) * 1000)
+    e, g, c = (statistics.median(times[k]) for k in ("elastic", "goodput", "cold"))
+    return {
+        "goodput_100x400_ms": round(g, 3),
+        "goodput_cold_100x400_ms": round(c, 3),
+        "goodput_over_elastic_100x400": round(g / e, 2),
+        "goodput_cold_over_elastic_100x400": round(c / e, 2),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=20)
@@ -161,11 +190,14 @@ def main() -> None:
     snap = ClusterSnapshot(0.0, 400, queued=tuple(small_jobs))
     policy.allocate(snap)  # warm the rate-table cache, as a running autoscaler has it
     policy_small = median_ms(lambda: policy.allocate(snap), args.repeats)
+    goodput = goodput_vs_elastic(small_jobs, 400, args.repeats, rng)
 
     print(f"{'instance':<28}{'vectorised ms':>15}{'python ms':>12}{'speedup':>10}")
     print(f"{'100 jobs x 400 GPUs':<28}{dp_small:>15.2f}{python_small:>12.1f}{python_small / dp_small:>9.0f}x")
     print(f"{'1000 jobs x 10000 GPUs':<28}{dp_large:>15.1f}{'-':>12}{'-':>10}")
     print(f"{'elastic_dp.allocate 100x400':<28}{policy_small:>15.2f}")
+    print(f"{'goodput_dp.allocate 100x400':<28}{goodput['goodput_100x400_ms']:>15.2f}  ({goodput['goodput_over_elastic_100x400']}x elastic_dp, interleaved)")
+    print(f"{'  every noise scale new':<28}{goodput['goodput_cold_100x400_ms']:>15.2f}  ({goodput['goodput_cold_over_elastic_100x400']}x)")
     print(f"brute force: {check['brute_force_mismatches']} mismatches over {check['brute_force_instances']} instances ({check['brute_force_feasible']} feasible)")
     print(
         json.dumps(
@@ -175,6 +207,7 @@ def main() -> None:
                 "policy_100x400_ms": round(policy_small, 3),
                 "python_dp_100x400_ms": round(python_small, 1),
                 "speedup_vs_python_dp": round(python_small / dp_small, 1),
+                **goodput,
                 **check,
             }
         )

@@ -7,14 +7,20 @@ completion as well as every Δ); ``--ticks-only`` also runs seed 000's autoscale
 decides only at the Δ ticks, and reports its ratios under ``*_ticks_only`` keys. Every job's
 gradient noise scale follows the trajectory MEASURED for its category's stand-in example
 (``benchmarks/data/noise_trajectories.json``, written by ``benchmarks/measure_noise_scale.py``)
-over its fraction of work done. All policies run in ``simulate_goodput``: a job progresses by
-T(B, k) x E(B) base-batch-equivalent samples per second, so a policy that buys throughput
-with a larger batch pays for it in samples (McCandlish et al. 2018; Pollux, OSDI'21).
+over its fraction of work done, given to the job as its ``noise_scale``. Every policy runs
+through the product's ``allocator.simulator.simulate`` (what ``malleable simulate`` runs): the
+jobs carry noise scales, so the run is on goodput physics, a job progressing by T(B, k) x E(B)
+base-batch-equivalent samples per second: a policy that buys throughput with a larger batch
+pays for it in samples (McCandlish et al. 2018; Pollux, OSDI'21). Rescales cost the CLI's
+defaults (1 s in place; a batch-only change ``RescaleCost.batch_s``).
+
+``goodput_dp`` is the product's default (its default p); ``--sweep`` adds goodput_dp at other
+power-mean exponents (``goodput_dp_p<p>``), the evidence for that default (docs/policies.md).
 
 Figures (the last line, JSON): ratios of mean JCTs summed over the seeds, side by side in
 one run, plus absolute means (minutes) per policy, p95 JCT and makespan.
 
-Run: python benchmarks/goodput_bench.py [--seeds 0 1 2] [--minutes 480] [--ticks-only]
+Run: python benchmarks/goodput_bench.py [--seeds 0 1 2] [--minutes 480] [--sweep 1 0 -1 -2] [--ticks-only]
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from allocator.loop import LoopSettings
 from allocator.metrics import summarise
 from allocator.policies import make_policy
 from allocator.simulator.experiments import SEED000_INTERVAL_S
-from allocator.simulator.goodput_executor import simulate_goodput
+from allocator.simulator import simulate
 from allocator.workloads.arrivals import ArrivalSpec, Pattern, generate_jobs
 from allocator.workloads.seed000 import load_category_profiles
 
@@ -55,7 +61,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--minutes", type=float, default=480.0)
-    parser.add_argument("--p", type=float, default=-1.0, help="goodput_dp's power-mean exponent")
+    parser.add_argument("--sweep", type=float, nargs="*", default=[1.0, 0.0, -1.0, -2.0], help="also run goodput_dp at these power-mean exponents")
+    parser.add_argument("--queues", nargs="*", default=[], help="also run goodput_dp with these queue orders (fifo, response)")
     parser.add_argument("--trajectories", type=Path, default=TRAJECTORIES)
     parser.add_argument("--ticks-only", action="store_true", help="also run every policy deciding only at the Δ ticks (seed 000's autoscaler)")
     args = parser.parse_args()
@@ -66,12 +73,16 @@ def main() -> None:
     # arrival and completion, and every Δ. Seed 000's autoscaler decides at the ticks only.
     settings = LoopSettings(interval_s=SEED000_INTERVAL_S, overflow=OverflowMode.QUEUE, react_to_events=True)
     policies = {
-        "goodput_dp": lambda seed: make_policy("goodput_dp", noise=noise, p=args.p),
-        "goodput_dp_p1": lambda seed: make_policy("goodput_dp", noise=noise, p=1.0),
+        "goodput_dp": lambda seed: make_policy("goodput_dp"),
         "elastic_dp": lambda seed: make_policy("elastic_dp"),
         "fixed_batch_dp": lambda seed: make_policy("fixed_batch_dp", batch_choice="random", seed=seed),
     }
-    figures: dict = {"seeds": args.seeds, "goodput_dp_p": args.p, "interval_s": settings.interval_s, "react_to_events": settings.react_to_events}
+    for p in args.sweep:
+        policies[f"goodput_dp_p{p:g}"] = lambda seed, p=p: make_policy("goodput_dp", p=p)
+    for queue in args.queues:
+        policies[f"goodput_dp_q{queue}"] = lambda seed, queue=queue: make_policy("goodput_dp", queue=queue)
+    default_p = make_policy("goodput_dp").p  # type: ignore[attr-defined]
+    figures: dict = {"seeds": args.seeds, "goodput_dp_p": default_p, "interval_s": settings.interval_s, "react_to_events": settings.react_to_events}
     figures.update(compare(policies, args.seeds, arrivals, profiles, noise, settings, ""))
     if args.ticks_only:
         ticks = compare(policies, args.seeds, arrivals, profiles, noise, replace(settings, react_to_events=False), "_ticks_only")
@@ -88,12 +99,12 @@ def compare(policies: dict, seeds: list[int], arrivals: ArrivalSpec, profiles: d
     jobs_total = 0
     label = "events+ticks" if settings.react_to_events else "ticks only"
     for seed in seeds:
-        jobs = generate_jobs(arrivals, profiles, np.random.default_rng(seed))
+        jobs = [replace(j, noise_scale=noise[j.workload]) for j in generate_jobs(arrivals, profiles, np.random.default_rng(seed))]
         jobs_total += len(jobs)
         specs = {j.id: j for j in jobs}
         for name, make in policies.items():
             t0 = time.perf_counter()
-            result = simulate_goodput(jobs, make(seed), CAPACITY, noise, settings)
+            result = simulate(jobs, make(seed), CAPACITY, settings)
             wall[name] += time.perf_counter() - t0
             m = summarise(result, specs)
             if m.jobs_completed != len(jobs):
@@ -108,9 +119,11 @@ def compare(policies: dict, seeds: list[int], arrivals: ArrivalSpec, profiles: d
         f"goodput_over_elastic_dp_avg_jct{suffix}": round(mean["goodput_dp"] / mean["elastic_dp"], 4),
         f"goodput_over_fixed_batch_dp_avg_jct{suffix}": round(mean["goodput_dp"] / mean["fixed_batch_dp"], 4),
         f"goodput_p95_over_elastic_dp{suffix}": round(float(np.mean(p95["goodput_dp"])) / float(np.mean(p95["elastic_dp"])), 4),
-        f"goodput_p1_over_elastic_dp_avg_jct{suffix}": round(mean["goodput_dp_p1"] / mean["elastic_dp"], 4),
         "jobs": jobs_total,
     }
+    for name in policies:
+        if name.startswith(("goodput_dp_p", "goodput_dp_q")):
+            figures[f"{name}_over_elastic_dp_avg_jct{suffix}"] = round(mean[name] / mean["elastic_dp"], 4)
     for name in policies:
         figures[f"{name}_avg_jct_min{suffix}"] = round(mean[name] / 60, 2)
         figures[f"{name}_p95_jct_min{suffix}"] = round(float(np.mean(p95[name])) / 60, 2)

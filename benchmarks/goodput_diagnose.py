@@ -20,7 +20,7 @@ from dataclasses import replace
 import numpy as np
 
 from allocator.admission import OverflowMode, admit_in_order
-from allocator.goodput import goodput_table
+from allocator.goodput import goodput_rows, goodput_table
 from allocator.loop import LoopResult, LoopSettings
 from allocator.metrics import gpu_seconds_by_job, summarise
 from allocator.policies import make_policy
@@ -47,7 +47,7 @@ class ShortestFirstGoodput(GoodputDP):
 
     def admit(self, snapshot: ClusterSnapshot, mode: OverflowMode) -> AdmissionDecision:
         def size(job: JobSpec) -> float:
-            return job.total_samples / self.tables(job, 1, 0.0, None)[1]
+            return job.total_samples / float(goodput_rows(job, 1, self.noise_scale(job, 0.0)).goodput[1])
 
         return admit_in_order(_shortest_first(snapshot, size), self, mode, strict_fifo=False)
 

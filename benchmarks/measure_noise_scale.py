@@ -1,10 +1,10 @@
 """Measure gradient-noise-scale trajectories of the repo's examples on CPU; write them as JSON.
 
-Each example trains on one process the way a rank does (the recipe's model, data, optimizer
-and LR; the trainer's sample stream and loss scaling), with global batch ``--batch`` split
-into ``--micro`` micro-batches, for ``--epochs`` epochs. ``elastic_tasks.rank.noise_scale`` (the
-trainer's own estimator, one-rank/accumulation path) measures B_noise every step; the file
-keeps the smoothed value at ``--points`` evenly spaced fractions of the run.
+Each example is measured by the product's ``elastic_tasks.profiling.noise_trajectory`` (what
+``malleable profile --noise`` runs): one process trains it the way a rank does, with global
+batch ``--batch`` split into ``--micro`` micro-batches, for ``--epochs`` epochs; the trainer's
+own estimator measures B_noise every step; the file keeps the smoothed value at ``--points``
+evenly spaced fractions of the run.
 
 The examples stand in for seed 000's categories (``CATEGORY_EXAMPLES``): resnet for
 ResNet-50, alexnet for AlexNet, vgg for VGG-11-BN; category 4 (AlexNet on Food-101) is
@@ -18,17 +18,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from functools import partial
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from elastic_tasks.examples import recipes
-from elastic_tasks.rank.noise_scale import GradientNoiseProbe
-from elastic_tasks.recipe import TrainingRecipe, collate
-from elastic_tasks.rank.sharding import EpochSampler
+from elastic_tasks.profiling.noise_trajectory import measure_noise_trajectory
+from elastic_tasks.recipe import TrainingRecipe
 
 OUT = Path(__file__).resolve().parent / "data" / "noise_trajectories.json"
 
@@ -43,40 +40,16 @@ CATEGORY_EXAMPLES = {
 
 
 def measure(recipe: TrainingRecipe, batch: int, micro: int, epochs: float, points: int, seed: int = 0) -> dict[str, object]:
-    torch.manual_seed(seed)
-    model = recipe.build_model()
-    lr = recipe.base_lr * batch / recipe.base_batch  # the trainer's linear-scaling LR
-    optimizer = recipe.make_optimizer(model.parameters(), lr)
-    sampler = EpochSampler(len(recipe.dataset), seed)  # type: ignore[arg-type]
-    probe = GradientNoiseProbe(smoothing=0.95)
-    steps = int(epochs * len(recipe.dataset) / batch)  # type: ignore[arg-type]
-    marks = {int(round(f * (steps - 1))): f for f in np.linspace(1 / points, 1.0, points)}
-    series, losses = [], []
-    t0 = time.perf_counter()
-    for step in range(steps):
-        idx = sampler.step_indices(step * batch, batch)
-        optimizer.zero_grad(set_to_none=True)
-        loss_sum = 0.0
-        for a in range(0, batch, micro):
-            x, y = collate(recipe.dataset, idx[a : a + micro])
-            n = len(y)
-            loss = recipe.loss_fn(model(x), y)
-            (loss * (n / batch)).backward()
-            probe.after_micro(model, n, 1 / batch, world=1)
-            loss_sum += float(loss.detach()) * n
-        value = probe.finish_step(model, batch, world=1)
-        optimizer.step()
-        losses.append(loss_sum / batch)
-        if step in marks:
-            series.append((round(marks[step], 4), value, float(np.mean(losses[-20:]))))
+    """The product's measurement (``malleable profile --noise``), in this file's format."""
+    m = measure_noise_trajectory(recipe, batch, micro, epochs, points, seed)
     return {
-        "batch": batch,
-        "micro_batch": micro,
-        "steps": steps,
-        "seconds": round(time.perf_counter() - t0, 1),
-        "fractions": [f for f, _, _ in series],
-        "noise_scale": [round(v, 2) for _, v, _ in series],
-        "loss": [round(v, 4) for _, _, v in series],
+        "batch": m.batch,
+        "micro_batch": m.micro_batch,
+        "steps": m.steps,
+        "seconds": round(m.seconds, 1),
+        "fractions": [round(f, 4) for f in m.fractions],
+        "noise_scale": [round(v, 2) for v in m.noise_scale],
+        "loss": [round(v, 4) for v in m.loss],
     }
 
 

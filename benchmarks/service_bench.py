@@ -11,6 +11,11 @@
 * ``decision_ms_1000_queued``: one decision of the loop (admission + ``elastic_dp``) with 1000
   queued jobs on 64 GPUs, median of 5; ``poll_ms_1000_queued``: the service reading and
   parsing those 1000 submissions from the store.
+* ``decision_ms_<policy>_1000_queued`` (``decision_ms_by_policy``): the same decision for
+  ``elastic_dp`` and ``goodput_dp`` on 1000 varied submissions that carry noise scales (so
+  goodput_dp computes real goodput tables), interleaved, median of 7 each after one warm-up
+  decision (a live service decides on the same queue again and again);
+  ``decision_ratio_goodput_dp_over_elastic_dp_1000_queued`` their ratio (target <= 3).
 * ``recovery_s``: ``kill -9`` of a ``malleable serve`` process running 2 jobs -> a new
   service process (cluster start included) has both running again; split into
   ``recovery_to_serving_s`` (process start, lease, fencing and adopting the orphaned cluster)
@@ -154,6 +159,37 @@ def decision_ms(workdir: Path) -> tuple[float, float]:
     return statistics.median(decisions), statistics.median(polls)
 
 
+DECISION_POLICIES = ("elastic_dp", "goodput_dp")
+
+
+def decision_ms_by_policy(workdir: Path, repeats: int = 7) -> dict[str, float]:
+    """One loop decision (admission + allocation) per policy on 1000 queued jobs, 64 GPUs, interleaved."""
+    import numpy as np
+
+    store = JobStore(f"sqlite:///{workdir / 'queue_noise.db'}")
+    client = ServiceClient(store, submitter="bench")
+    rng = np.random.default_rng(0)
+    for i in range(1000):
+        lo = int(rng.choice([16, 32, 64]))
+        noise = {"fractions": [0, 0.5], "values": [float(rng.uniform(50, 500)), float(rng.uniform(500, 5000))]}
+        client.submit(entry(f"n{i}", 100_000, min_batch=lo, max_batch=int(rng.choice([256, 512, 1024])), max_gpus=int(rng.choice([2, 4, 8])), noise_scale=noise), name=f"n{i}")
+    arrivals = StoreFeed(store, threading.Event(), poll_s=0.2).poll(0.0)
+    assert len(arrivals.jobs) == 1000 and all(j.noise_scale is not None for j in arrivals.jobs)
+    snapshot = ClusterSnapshot(time=0.0, capacity=64, queued=arrivals.jobs)
+    policies = {name: make_policy(name) for name in DECISION_POLICIES}
+    times: dict[str, list[float]] = {name: [] for name in policies}
+    for name, policy in policies.items():
+        reallocate(snapshot, policy, OverflowMode.QUEUE, False)  # warm: the service has decided on this queue before
+    for _ in range(repeats):
+        for name, policy in policies.items():
+            t0 = time.perf_counter()
+            reallocate(snapshot, policy, OverflowMode.QUEUE, False)
+            times[name].append((time.perf_counter() - t0) * 1000)
+    out = {f"decision_ms_{name}_1000_queued": round(statistics.median(t), 2) for name, t in times.items()}
+    out["decision_ratio_goodput_dp_over_elastic_dp_1000_queued"] = round(out["decision_ms_goodput_dp_1000_queued"] / out["decision_ms_elastic_dp_1000_queued"], 2)
+    return out
+
+
 class Serve:
     def __init__(self, cwd: Path, env: dict) -> None:
         self.lines: list[tuple[float, str]] = []
@@ -251,6 +287,8 @@ def main() -> None:
         out["decision_ms_1000_queued"] = round(decision, 2)
         out["poll_ms_1000_queued"] = round(poll, 2)
         print(f"one decision with 1000 queued jobs on 64 GPUs: {decision:.1f} ms; reading them from the store: {poll:.1f} ms")
+        out.update(decision_ms_by_policy(work))
+        print("one decision per policy, 1000 queued jobs with noise scales, 64 GPUs: " + ", ".join(f"{k} {v}" for k, v in out.items() if "_1000_queued" in k and "ratio" not in k and k != "decision_ms_1000_queued"))
         lat = submit_latency(args.latency_jobs, work)
         out["submit_to_running_p50_s"] = round(statistics.median(lat), 3)
         out["submit_to_running_p95_s"] = round(pct(lat, 0.95), 3)

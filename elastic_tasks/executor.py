@@ -13,13 +13,15 @@ Each running job's throughput model is refitted from the steps it runs (``refit_
 status reports, its offline profile the prior) and goes to the loop as a ``ProfileReporter``,
 so every policy decides on the job's measured step times; ``refit=None`` turns that off.
 
-Units of work. Without a ``noise_model`` a job's ``total_samples`` are raw samples: the
-trainer stops after that many, and progress is its ``samples_seen``. With one (the goodput
-policy the loop runs, e.g. ``goodput_dp``) they are base-batch-equivalent samples, as in the
-goodput simulator (``allocator.simulator.goodput_executor``) and as the policy assumes: a
-sample at global batch B is worth E(B) = (B_noise + B0) / (B_noise + B). Then
+Units of work (one physics, ``allocator.physics``). A job that carries a ``noise_scale``, and
+every job under a ``noise_model`` (the goodput policy the loop runs, e.g. ``goodput_dp``),
+counts base-batch-equivalent samples, as in the goodput simulator
+(``allocator.simulator.goodput_executor``) and as the policy assumes: a sample at global batch
+B is worth E(B) = (B_noise + B0) / (B_noise + B). Any other job's ``total_samples`` are raw
+samples: the trainer stops after that many, and progress is its ``samples_seen``. A metered job's
 * progress is a ``WorkMeter`` fed with the trainer's counters, batch and the B_noise the
-  policy itself would use (``noise_model.noise_scale``: the measured value, else its model);
+  policy itself would use (``noise_model.noise_scale``: the measured value, else its model;
+  without a noise model ``SpecNoise``: the measured value, else the job's own trajectory);
 * the trainer is given ``raw_sample_budget`` raw samples, the most the work can take at any
   batch in the job's range, and the executor stops the job itself once the meter reaches
   ``total_samples`` (so a job overruns by at most what trains between two polls, ``poll_s``,
@@ -38,13 +40,13 @@ from dataclasses import dataclass
 from distributed import Client
 
 from allocator.execution import JobFailure, share_changes
-from allocator.goodput import NoiseModel, WorkMeter, raw_sample_budget
+from allocator.goodput import NoiseModel, SpecNoise, WorkMeter, raw_sample_budget
 from allocator.types import Allocation, JobSpec, RescaleEvent, RescaleKind, Share, ThroughputProfile
 from elastic_tasks.cluster import WorkerPool
 from elastic_tasks.coordinator.job import JobCoordinator
 from elastic_tasks.coordinator.outcomes import JobResult
 from elastic_tasks.coordinator.packing import host_of
-from elastic_tasks.protocol import TrainConfig
+from elastic_tasks.protocol import PlanKind, TrainConfig
 from elastic_tasks.coordinator.refit_watch import JobRefit, RefitSettings
 
 
@@ -116,7 +118,7 @@ class DaskExecutor:
         s = self.settings
         return TrainConfig(
             global_batch=share.batch,
-            total_samples=spec.total_samples if self.noise_model is None else raw_sample_budget(spec),
+            total_samples=raw_sample_budget(spec) if self._meters_work(spec) else spec.total_samples,
             seed=s.seed if spec.seed is None else spec.seed,
             max_batch_per_gpu=spec.profile.max_batch_per_gpu,
             lr_ramp_steps=s.lr_ramp_steps,
@@ -124,6 +126,10 @@ class DaskExecutor:
             checkpoint_every=s.checkpoint_every if s.checkpoint_root is not None else 0,
             timeout_s=s.timeout_s,
         )
+
+    def _meters_work(self, spec: JobSpec) -> bool:
+        """Base-batch-equivalent work: under a goodput policy, or for a job with a noise scale."""
+        return self.noise_model is not None or spec.noise_scale is not None
 
     def apply(self, now: float, previous: Allocation, new: Allocation, jobs: Mapping[str, JobSpec]) -> list[RescaleEvent]:
         changes = share_changes(previous, new)
@@ -154,7 +160,7 @@ class DaskExecutor:
             return RescaleEvent(now, job_id, before, None, RescaleKind.STOP, 0.0, measured=True)
         if job is None or before is None:
             spec = jobs[job_id]
-            if self.noise_model is not None:
+            if self._meters_work(spec):
                 self._meters[job_id] = WorkMeter(spec)
             if self.refit is not None:
                 # A restarted job keeps what it measured before; its new coordinator counts versions from 0.
@@ -165,7 +171,8 @@ class DaskExecutor:
         outcome = job.rescale(after.gpus, after.batch)
         if outcome is None:
             return None  # the job ended first: nothing was rescaled, its completion frees it
-        return RescaleEvent(now, job_id, before, after, RescaleKind.IN_PLACE, outcome.pause_s, measured=True)
+        kind = RescaleKind.BATCH if outcome.kind == PlanKind.BATCH else RescaleKind.IN_PLACE
+        return RescaleEvent(now, job_id, before, after, kind, outcome.pause_s, measured=True)
 
     def _fail(self, job_id: str, reason: str) -> None:
         self._failures[job_id] = reason
@@ -233,8 +240,8 @@ class DaskExecutor:
         meter = self._meters[job_id]
         job = self.jobs.get(job_id)
         status = job.status() if job is not None and job_id not in self._reported else None
-        if status is not None and self.noise_model is not None:
-            noise = self.noise_model.noise_scale(meter.spec, meter.done, status.noise_scale)
+        if status is not None:
+            noise = (self.noise_model or SpecNoise()).noise_scale(meter.spec, meter.done, status.noise_scale)
             meter.observe(status.step, status.samples_seen, status.global_batch, noise)
         return meter.done
 

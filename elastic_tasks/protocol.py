@@ -18,6 +18,7 @@ FROM_CHECKPOINT = "<checkpoint>"
 class PlanKind(str, Enum):
     START = "start"
     RESCALE = "rescale"  # in place: survivors keep processes and tensors
+    BATCH = "batch"  # same members, another global batch: applied at a step boundary, no regroup
     RECOVER = "recover"  # after a rank was lost: shrink to survivors
     STOP = "stop"  # every rank leaves (the job is paused or cancelled)
     CHECKPOINT_STOP = "checkpoint_stop"  # save a checkpoint, then every rank leaves (restart path)

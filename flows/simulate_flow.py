@@ -15,8 +15,8 @@ from prefect import flow, task
 
 from allocator.admission import OverflowMode
 from allocator.loop import LoopResult, LoopSettings
-from allocator.policies import make_policy
-from allocator.simulator import RescaleCost, simulate
+from allocator.policies import make_policy, policy_parameters
+from allocator.simulator import RescaleCost, physics_of, simulate
 from allocator.specs import JobsFile
 from allocator.types import JobSpec
 from flows.recording.artifacts import publish_results, summary_markdown
@@ -45,7 +45,9 @@ def load_jobs(jobs_file: str) -> tuple[tuple[JobSpec, ...], int | None, str | No
 
 @task(name="simulate-loop")
 def simulate_loop(jobs: Sequence[JobSpec], policy: str, capacity: int, settings: LoopSettings, in_place_cost_s: float, start_cost_s: float = 0.0) -> LoopResult:
-    return simulate(jobs, make_policy(policy), capacity, settings, RescaleCost(in_place_s=in_place_cost_s, start_s=start_cost_s))
+    # A policy that weighs rescale costs plans with this run's (as `malleable simulate` gives it).
+    params = {"rescale_cost_s": in_place_cost_s} if "rescale_cost_s" in policy_parameters(policy) else {}
+    return simulate(jobs, make_policy(policy, **params), capacity, settings, RescaleCost(in_place_s=in_place_cost_s, start_s=start_cost_s))
 
 
 @task(name="record-mlflow", retries=2, retry_delay_seconds=2)
@@ -82,7 +84,10 @@ def simulate_flow(
     start_ms = int(time.time() * 1000)
     result = simulate_loop(jobs, chosen, capacity, loop_settings, in_place_cost_s, start_cost_s)
     name = run_name or f"simulate-{Path(jobs_file).stem}-{chosen}"
-    recorded = record_simulation(name, result, jobs, start_ms, {"jobs_file": str(jobs_file), "in_place_cost_s": in_place_cost_s, "start_cost_s": start_cost_s})
+    physics = physics_of(jobs).value  # goodput when any job carries a noise scale (allocator.simulator.run)
+    recorded = record_simulation(
+        name, result, jobs, start_ms, {"jobs_file": str(jobs_file), "in_place_cost_s": in_place_cost_s, "start_cost_s": start_cost_s, "physics": physics}
+    )
     publish_results(
         "simulate",
         result,
@@ -90,7 +95,10 @@ def simulate_flow(
         summary_markdown(
             f"Simulated {Path(jobs_file).name} under {chosen} on {capacity} GPUs",
             recorded.outcomes,
-            [f"MLflow parent run `{recorded.parent_run}`", f"avg JCT {recorded.metrics.avg_jct_s or 0:.1f} s, rescales {recorded.metrics.rescales}"],
+            [
+                f"MLflow parent run `{recorded.parent_run}`",
+                f"{physics} physics: avg JCT {recorded.metrics.avg_jct_s or 0:.1f} s, rescales {recorded.metrics.rescales}",
+            ],
         ),
     )
     return SimulateOutcome(result, recorded)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from allocator.noise import noise_to_value
 from allocator.profile_io import profile_to_dict
 from allocator.specs import job_from_dict
 from allocator.types import JobSpec
@@ -33,6 +34,10 @@ def entry_from_spec(spec: JobSpec) -> dict:
         entry["deadline_s"] = spec.deadline
     if spec.seed is not None:
         entry["seed"] = spec.seed
+    if spec.noise_scale is not None and spec.noise_scale != spec.profile.noise_scale:
+        entry["noise_scale"] = noise_to_value(spec.noise_scale)
+    if spec.base_batch is not None:
+        entry["base_batch"] = spec.base_batch
     return entry
 
 

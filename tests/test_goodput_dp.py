@@ -139,3 +139,54 @@ def test_a_reported_noise_scale_overrides_the_trajectory():
     assert best_noisy < best_free
     with pytest.raises(ValueError, match="noise_scale"):
         RunningJob(job, None, 0.0, noise_scale=-1.0)
+
+
+@st.composite
+def running_instances(draw):
+    """2-3 elastic jobs, each running on a share that fits, with work left; capacity at least their shares."""
+    n = draw(st.integers(2, 3))
+    jobs, shares, done, noises = [], [], [], []
+    for i in range(n):
+        profile = make_profile(f"w{i}", num_params=draw(st.integers(1_000_000, 40_000_000)), rate=RATE, overhead_s=OVERHEAD, cap=64)
+        lo = draw(st.integers(8, 32))
+        job = make_job(f"j{i}", profile, workload=f"w{i}", min_batch=lo, max_batch=lo + draw(st.integers(0, 150)), max_gpus=4,
+                       total_samples=draw(st.integers(2_000, 400_000)))  # fmt: skip
+        jobs.append(job)
+        shares.append(draw(st.integers(1, 4)))
+        done.append(draw(st.floats(0.0, 0.99)) * job.total_samples)
+        noises.append(draw(st.floats(10.0, 3000.0)))
+    capacity = draw(st.integers(sum(shares), sum(shares) + 3))
+    return jobs, shares, done, noises, capacity
+
+
+@settings(max_examples=40, deadline=None)
+@given(case=running_instances(), cost=st.sampled_from([0.0, 5.0, 30.0]))
+def test_rescale_cost_is_weighed_over_each_jobs_remaining_time(case, cost):
+    """A running job moved off its GPU count averages goodput(k) R / (R + cost) over the R seconds its
+    remaining work then takes; the policy must reach the best sum of power-mean terms of that, by brute force."""
+    jobs, shares, done, noises, capacity = case
+    from allocator.types import Share
+
+    snap = ClusterSnapshot(0.0, capacity, running=tuple(RunningJob(j, Share(k, j.min_batch), d) for j, k, d in zip(jobs, shares, done)))
+    rows = []
+    for job, k0, d, noise in zip(jobs, shares, done, noises):
+        one = own_best(job, 1, noise)
+        row = {}
+        for k in range(1, min(capacity, job.max_gpus) + 1):
+            g = own_best(job, k, noise)
+            if g <= 0:
+                continue
+            left = (job.total_samples - d) / g
+            row[k] = term(g * (1.0 if k == k0 else left / (left + cost)) / one, 1.0)
+        rows.append(row)
+    best = max(sum(r[k] for r, k in zip(rows, ks)) for ks in itertools.product(*[sorted(r) for r in rows]) if sum(ks) <= capacity)
+    noise = {j.workload: NoiseTrajectory.constant(n) for j, n in zip(jobs, noises)}
+    alloc = make_policy("goodput_dp", noise=noise, p=1.0, rescale_cost_s=cost).allocate(snap)
+    got = sum(r[alloc[j.id].gpus] for r, j in zip(rows, jobs))
+    assert got == pytest.approx(best, rel=1e-9)
+    if cost == 0.0:
+        return
+    # The pause weighs most on a job close to its end: with its work nearly done it keeps its count.
+    ending = [RunningJob(j, Share(k, j.min_batch), j.total_samples * 0.999999) for j, k in zip(jobs, shares)]
+    kept = make_policy("goodput_dp", noise=noise, p=1.0, rescale_cost_s=cost).allocate(ClusterSnapshot(0.0, capacity, running=tuple(ending)))
+    assert [kept[j.id].gpus for j in jobs] == shares

@@ -13,15 +13,18 @@ starve). For a fixed J that is the separable sum of s^p (p > 0), log s (p = 0) o
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from enum import Enum
 
 import numpy as np
 
-from allocator.goodput import GoodputTable, NoiseTrajectory, goodput_table
+from allocator.admission import admit_in_order
+from allocator.goodput import NoiseTrajectory, goodput_rows
 from allocator.policies.base import register
 from allocator.policies.dp import solve_dp
 from allocator.topology import gpus_per_host
+from allocator.protocols import AdmissionDecision, OverflowMode
 from allocator.types import Allocation, ClusterSnapshot, InfeasibleError, JobSpec, Share
 
 
@@ -41,14 +44,16 @@ def fairness_value(speedup: np.ndarray, p: float) -> np.ndarray:
 
 @dataclass(frozen=True, slots=True)
 class GoodputDP:
-    """``noise`` maps a job id or a workload name to its B_noise trajectory; jobs in neither get
-    ``default_noise_scale`` (inf: perfectly scalable, which reduces goodput to throughput).
-    ``hosts`` is the GPUs per host when the snapshot carries no nodes (None: one flat network)."""
+    """``noise`` maps a job id or a workload name to its B_noise trajectory, over the job's own
+    ``noise_scale``; jobs with neither get ``default_noise_scale`` (inf: perfectly scalable,
+    which reduces goodput to throughput). ``hosts`` is the GPUs per host when the snapshot
+    carries no nodes (None: one flat network)."""
 
     noise: Mapping[str, NoiseTrajectory] = field(default_factory=dict)
     default_noise_scale: float = math.inf
-    p: float = 1.0
+    p: float = 0.0  # the geometric mean: best on Pollux's workloads, even elsewhere (docs/policies.md)
     hosts: int | None = None
+    rescale_cost_s: float = 1.0  # RescaleCost's in-place default; the CLI passes the run's own cost
     name: str = "goodput_dp"
 
     def __post_init__(self) -> None:
@@ -58,27 +63,41 @@ class GoodputDP:
             raise ValueError(f"goodput_dp.default_noise_scale={self.default_noise_scale!r}: must be > 0")
         if self.hosts is not None and not (isinstance(self.hosts, int) and self.hosts >= 1):
             raise ValueError(f"goodput_dp.hosts={self.hosts!r}: must be a positive integer")
+        if not (isinstance(self.rescale_cost_s, (int, float)) and math.isfinite(self.rescale_cost_s) and self.rescale_cost_s >= 0):
+            raise ValueError(f"goodput_dp.rescale_cost_s={self.rescale_cost_s!r}: must be a finite number of seconds >= 0")
         for key, trajectory in self.noise.items():
             if not isinstance(trajectory, NoiseTrajectory):
                 raise ValueError(f"goodput_dp.noise[{key!r}]={trajectory!r}: must be a NoiseTrajectory")
 
     def noise_scale(self, job: JobSpec, samples_done: float, reported: float | None = None) -> float:
-        """The job's own reported B_noise if the snapshot has one, else its trajectory, else the default."""
+        """The job's own reported B_noise if the snapshot has one, else its trajectory (the
+        policy's ``noise``, else the job's ``noise_scale``), else the default."""
         if reported is not None:
             return reported
-        trajectory = self.noise.get(job.id) or self.noise.get(job.workload)
+        trajectory = self.noise.get(job.id) or self.noise.get(job.workload) or job.noise_scale
         if trajectory is None:
             return self.default_noise_scale
         return trajectory.at(samples_done / job.total_samples)
 
-    def tables(
-        self, job: JobSpec, kmax: int, samples_done: float, per_host: int | None, reported: float | None = None
-    ) -> tuple[GoodputTable, float]:
-        """The job's goodput table and its one-GPU goodput (the speedup's denominator)."""
-        noise = self.noise_scale(job, samples_done, reported)
-        table = goodput_table(job, kmax, noise, gpus_per_host=per_host)
-        one = goodput_table(job, 1, noise, gpus_per_host=per_host, limit_gpus=False).goodput[1]
-        return table, float(one)
+    def check_physics(self, jobs: Sequence[JobSpec], gpus_per_host: int | None = None) -> None:
+        """Refuse a model that contradicts the run's physics: a ``noise`` entry unlike the job's
+        ``noise_scale``, a finite ``default_noise_scale`` for a job without one (its samples all
+        count the same), or ``hosts`` other than the physics' when a profile prices crossing hosts."""
+        if self.hosts != gpus_per_host and any(j.profile.inter_host is not None for j in jobs):
+            physics = "one flat network (no allreduce across hosts)" if gpus_per_host is None else f"hosts of {gpus_per_host} GPUs"
+            raise ValueError(f"goodput_dp.hosts={self.hosts!r}: the run's physics places jobs on {physics}; set hosts to match")
+        for job in jobs:
+            key = job.id if job.id in self.noise else job.workload if job.workload in self.noise else None
+            if key is not None and self.noise[key] != (job.noise_scale or NoiseTrajectory.constant(math.inf)):
+                raise ValueError(
+                    f"goodput_dp.noise[{key!r}]={_show(self.noise[key])}: job {job.id!r} has noise_scale={_show(job.noise_scale)}, "
+                    "which is what the run's physics charges; give the noise scale on the job (docs/jobs-file.md) instead"
+                )
+            if key is None and job.noise_scale is None and math.isfinite(self.default_noise_scale):
+                raise ValueError(
+                    f"goodput_dp.default_noise_scale={self.default_noise_scale:g}: job {job.id!r} carries no noise_scale, so the "
+                    "run's physics counts its samples the same at every batch; give the jobs a noise_scale (docs/jobs-file.md) instead"
+                )
 
     def allocate(self, snapshot: ClusterSnapshot) -> Allocation:
         jobs = snapshot.jobs
@@ -90,29 +109,100 @@ class GoodputDP:
         per_host = gpus_per_host(snapshot) or self.hosts
         done = {r.spec.id: r.samples_done for r in snapshot.running}
         reported = {r.spec.id: r.noise_scale for r in snapshot.running}
-        tables = [self.tables(j, kmax, done.get(j.id, 0.0), per_host, reported.get(j.id)) for j in jobs]
-        values = np.stack([fairness_value(t.goodput / one, self.p) for t, one in tables])
+        # One row per job: its unlimited goodput table up to the GPUs it may use (cached), then
+        # every speedup, limit and fairness term for all jobs at once.
+        goodput = np.full((len(jobs), kmax + 1), -np.inf)
+        rows = []
+        for i, job in enumerate(jobs):
+            top = min(kmax, job.max_gpus if job.elastic else job.requested_gpus)
+            row = goodput_rows(job, top, self.noise_scale(job, done.get(job.id, 0.0), reported.get(job.id)), per_host)
+            goodput[i, : top + 1] = row.goodput
+            rows.append(row)
+        # The counts each job may run on: [min_gpus, max_gpus], or a non-elastic job's requested count.
+        low = np.array([j.min_gpus if j.elastic else j.requested_gpus for j in jobs])[:, None]
+        high = np.array([j.max_gpus if j.elastic else j.requested_gpus for j in jobs])[:, None]
+        ks = np.arange(kmax + 1)[None, :]
+        one = goodput[:, 1:2].copy()
+        if self.rescale_cost_s > 0:
+            goodput = self._after_rescale(snapshot, goodput)
+        values = fairness_value(np.where((ks >= low) & (ks <= high), goodput, -np.inf) / one, self.p)
         counts, _ = solve_dp(values, snapshot.capacity)
         return Allocation(
-            tuple(
-                (j.id, Share(gpus=int(k), batch=int(t.batches[k]), accum_steps=int(t.accum[k])))
-                for j, (t, _), k in zip(jobs, tables, counts)
-            )
+            tuple((j.id, Share(gpus=int(k), batch=int(r.batches[k]), accum_steps=int(r.accum[k]))) for j, r, k in zip(jobs, rows, counts))
         )
+
+    def _after_rescale(self, snapshot: ClusterSnapshot, goodput: np.ndarray) -> np.ndarray:
+        """A running job moved to another GPU count loses ``rescale_cost_s`` of progress: over the
+        R_k = remaining work / goodput(k) seconds it would then run, it averages goodput(k) R_k / (R_k + cost).
+        A job near its end gains little from a change and pays the whole pause (a batch-only change, at
+        the same count, pays nothing)."""
+        out = goodput.copy()
+        for i, r in enumerate(snapshot.running):
+            if r.share is None:
+                continue
+            row = out[i]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                remaining_s = r.remaining_samples / row
+                factor = np.where(row > 0, remaining_s / (remaining_s + self.rescale_cost_s), 1.0)
+            factor[r.share.gpus] = 1.0
+            out[i] = np.where(np.isfinite(row), row * factor, row)
+        return out
 
     def min_gpus(self, job: JobSpec, capacity: int) -> int | None:
         kmax = min(capacity, job.max_gpus)
         if kmax < 1:
             return None
-        feasible = self.tables(job, kmax, 0.0, self.hosts)[0].feasible_counts()
-        return int(feasible[0]) if feasible.size else None
+        row = goodput_rows(job, kmax, self.noise_scale(job, 0.0), self.hosts)
+        counts = range(job.min_gpus, kmax + 1) if job.elastic else (job.requested_gpus,) if job.requested_gpus <= kmax else ()
+        # Scalar look-ups: admission asks this of every queued job at every decision.
+        return next((k for k in counts if row.goodput[k] > -math.inf), None)
+
+
+class QueueOrder(str, Enum):
+    """Which queued job starts first when not all fit."""
+
+    FIFO = "fifo"  # arrival order: the loop's admission (strict FIFO or backfill, as the loop is set)
+    RESPONSE = "response"  # highest response ratio next: (waiting + predicted run) / predicted run
+
+
+@dataclass(frozen=True, slots=True)
+class GoodputDPByResponse(GoodputDP):
+    """goodput_dp starting queued jobs by highest response ratio next (Brinch Hansen's HRRN).
+
+    A job's predicted run is its work over its best one-GPU goodput (its own model: noise scale,
+    batch, accumulation); (wait + run) / run favours short jobs, as shortest-first does, and
+    grows with the wait, so a long job is not passed over for ever. In that order, strictly:
+    the first that does not fit waits, and so do those behind it.
+    """
+
+    def admit(self, snapshot: ClusterSnapshot, mode: OverflowMode) -> AdmissionDecision:
+        def ratio(job: JobSpec) -> float:
+            rate = float(goodput_rows(job, 1, self.noise_scale(job, 0.0), self.hosts).goodput[1])
+            run = job.total_samples / rate if rate > 0 else math.inf
+            return (max(snapshot.time - job.arrival_time, 0.0) + run) / run if math.isfinite(run) else 1.0
+
+        order = sorted(snapshot.queued, key=lambda j: (-ratio(j), j.arrival_time, j.id))
+        return admit_in_order(replace(snapshot, queued=tuple(order)), self, mode, strict_fifo=True)
+
+
+def _show(trajectory: NoiseTrajectory | None) -> str:
+    if trajectory is None:
+        return "none"
+    return f"{trajectory.values[0]:g}" if trajectory.is_constant else f"a trajectory of {len(trajectory.values)} values"
 
 
 @register("goodput_dp")
 def _make(
     noise: Mapping[str, NoiseTrajectory] | None = None,
     default_noise_scale: float = math.inf,
-    p: float = 1.0,
+    p: float = 0.0,
     hosts: int | None = None,
+    rescale_cost_s: float = 1.0,
+    queue: object = "fifo",
 ) -> GoodputDP:
-    return GoodputDP(noise=dict(noise or {}), default_noise_scale=float(default_noise_scale), p=float(p), hosts=hosts)
+    try:
+        order = QueueOrder(queue)
+    except ValueError:
+        raise ValueError(f"goodput_dp.queue={queue!r}: choose one of {', '.join(q.value for q in QueueOrder)}") from None
+    kind = GoodputDPByResponse if order is QueueOrder.RESPONSE else GoodputDP
+    return kind(noise=dict(noise or {}), default_noise_scale=float(default_noise_scale), p=float(p), hosts=hosts, rescale_cost_s=float(rescale_cost_s))

@@ -6,6 +6,6 @@ cluster runs.
 
 from allocator.simulator.clock import SimClock
 from allocator.simulator.executor import RescaleCost, SimExecutor
-from allocator.simulator.run import simulate
+from allocator.simulator.run import Physics, physics_of, simulate
 
-__all__ = ["RescaleCost", "SimClock", "SimExecutor", "simulate"]
+__all__ = ["Physics", "RescaleCost", "SimClock", "SimExecutor", "physics_of", "simulate"]

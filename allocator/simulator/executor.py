@@ -16,19 +16,26 @@ from allocator.loop import EPS
 from allocator.throughput import throughput
 from allocator.types import Allocation, JobSpec, RescaleEvent, RescaleKind, Share
 
+# Seconds a batch-only change costs a job: the ranks reopen their data stream at the new batch
+# and keep training (no regroup, no state copy). Measured on gloo CPU ranks (docs/simulator.md).
+BATCH_CHANGE_S = 0.0
+
 
 @dataclass(frozen=True, slots=True)
 class RescaleCost:
     """Seconds of progress a job loses per event. Elan reports ~1 s in place; checkpoint-restart
-    of one worker cost 9-12 s on the reference H100 (shared/reference)."""
+    of one worker cost 9-12 s on the reference H100 (shared/reference). A batch-only change
+    (same GPUs) keeps the process group: the ranks switch batch at a step boundary, reopening
+    their data stream (``batch_s``; see docs/simulator.md for the measurement)."""
 
     in_place_s: float = 1.0
     restart_s: float = 10.0
     start_s: float = 0.0
     in_place: bool = True
+    batch_s: float = BATCH_CHANGE_S
 
     def __post_init__(self) -> None:
-        for name in ("in_place_s", "restart_s", "start_s"):
+        for name in ("in_place_s", "restart_s", "start_s", "batch_s"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise ValueError(f"RescaleCost.{name}={value!r}: must be a finite number >= 0")
@@ -40,6 +47,8 @@ def classify(before: Share | None, after: Share | None, cost: RescaleCost) -> tu
         return RescaleKind.START, cost.start_s
     if after is None:
         return RescaleKind.STOP, 0.0
+    if after.gpus == before.gpus:
+        return RescaleKind.BATCH, cost.batch_s
     if cost.in_place:
         return RescaleKind.IN_PLACE, cost.in_place_s
     return RescaleKind.RESTART, cost.restart_s

@@ -97,7 +97,8 @@ class GoodputSimExecutor:
         self._sequence = 0
 
     def trajectory(self, spec: JobSpec) -> NoiseTrajectory:
-        return self._noise.get(spec.id) or self._noise.get(spec.workload) or self._default_noise
+        """``noise`` by job id or workload, else the job's own ``noise_scale``, else the default."""
+        return self._noise.get(spec.id) or self._noise.get(spec.workload) or spec.noise_scale or self._default_noise
 
     def rates(self, spec: JobSpec, share: Share) -> list[float]:
         """Goodput of ``share`` in each piece of the job's noise trajectory."""

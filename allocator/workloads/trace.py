@@ -14,6 +14,11 @@ max_gpus       required
 elastic        optional  true/false (default true)
 gpus           optional  GPUs for a non-elastic job (default 1)
 profile        optional  profile name; default ``cat<category>``, else ``model``
+noise_scale    optional  gradient noise scale: a number, ``f:v f:v ...`` (v from fraction f
+                         of the work on) or a JSON mapping of any ``allocator.noise`` form
+                         (default: the profile's, else none)
+base_batch     optional  B0, the batch ``samples`` are counted at (default: min_batch, or
+                         max_batch for a non-elastic job)
 =============  ========  ======================================================
 """
 
@@ -24,9 +29,10 @@ import io
 import json
 from collections.abc import Iterable, Mapping
 
+from allocator.noise import NoiseTrajectory, noise_from_cell, noise_from_value, noise_to_cell
 from allocator.types import JobSpec, ThroughputProfile
 
-COLUMNS = ("name", "submit_s", "category", "model", "samples", "min_batch", "max_batch", "max_gpus", "elastic", "gpus", "profile")
+COLUMNS = ("name", "submit_s", "category", "model", "samples", "min_batch", "max_batch", "max_gpus", "elastic", "gpus", "profile", "noise_scale", "base_batch")
 _REQUIRED = ("name", "submit_s", "samples", "min_batch", "max_batch", "max_gpus")
 
 
@@ -68,6 +74,17 @@ def _present(row: Mapping[str, object], column: str) -> bool:
     return row.get(column) not in (None, "")
 
 
+def _noise(row: Mapping[str, object], where: str) -> NoiseTrajectory | None:
+    """A CSV cell is text (``noise_from_cell``); a JSON row may hold a number or a mapping."""
+    if not _present(row, "noise_scale"):
+        return None
+    value = row["noise_scale"]
+    try:
+        return noise_from_cell(value, "noise_scale") if isinstance(value, str) else noise_from_value(value, "noise_scale")
+    except ValueError as exc:
+        raise TraceError(f"{where}, column {exc}") from None
+
+
 def job_from_row(row: Mapping[str, object], where: str, profiles: Mapping[str, ThroughputProfile]) -> JobSpec:
     for column in _REQUIRED:
         if not _present(row, column):
@@ -90,6 +107,7 @@ def job_from_row(row: Mapping[str, object], where: str, profiles: Mapping[str, T
         raise TraceError(f"{where}, column profile={key!r}: no such profile (known: {', '.join(sorted(profiles))})")
     profile = profiles[key]
     elastic = _bool(row.get("elastic", True), "elastic", where)
+    noise_scale = _noise(row, where)
     try:
         return JobSpec(
             id=str(row["name"]),
@@ -103,6 +121,8 @@ def job_from_row(row: Mapping[str, object], where: str, profiles: Mapping[str, T
             elastic=elastic,
             arrival_time=_float(row, "submit_s", where),
             fixed_batch=None if elastic else _int(row, "max_batch", where),
+            noise_scale=noise_scale,
+            base_batch=_int(row, "base_batch", where) if _present(row, "base_batch") else None,
         )
     except ValueError as exc:
         raise TraceError(f"{where}: {exc}") from None
@@ -147,6 +167,8 @@ def _row(job: JobSpec, profile_names: Mapping[ThroughputProfile, str]) -> dict[s
         "elastic": "true" if job.elastic else "false",
         "gpus": job.requested_gpus,
         "profile": profile_names.get(job.profile, job.profile.workload),
+        "noise_scale": "" if job.noise_scale is None or job.noise_scale == job.profile.noise_scale else noise_to_cell(job.noise_scale),
+        "base_batch": "" if job.base_batch is None else job.base_batch,
     }
 
 

@@ -23,6 +23,7 @@ from distributed import Client, Future
 
 from elastic_tasks.board import EventKind, JobBoard, JobStatus, RankEvent
 from elastic_tasks.cluster import WorkerPool
+from elastic_tasks.coordinator.batch_change import change_batch
 from elastic_tasks.coordinator.event_pump import EventPump, Heard
 from elastic_tasks.coordinator.lifecycle import JobState, Lifecycle
 from elastic_tasks.coordinator.outcomes import JobFailed, JobResult, RescaleOutcome, gather
@@ -130,16 +131,14 @@ class JobCoordinator:
         return outcome
 
     def rescale(self, gpus: int, global_batch: int | None = None, at_step: int | None = None) -> RescaleOutcome | None:
-        """Grow or shrink in place; blocks until the new generation trains. None if the job ended first.
-
-        A shrink keeps the longest-running ranks (rank 0 first), so rank 0 stays where it is.
-        """
+        """Grow or shrink in place, or change the batch alone; blocks until the job trains on it.
+        None if the job ended first. A shrink keeps the longest-running ranks (rank 0 first)."""
         batch = self.global_batch if global_batch is None else global_batch
         check_batch(batch, gpus)
+        if gpus == len(self.members):
+            return change_batch(self, batch, at_step)  # the same ranks: no regroup
         with self.plan_lock:
             before = self.members
-            if gpus == len(before) and batch == self.global_batch:
-                return None
             keep = before[:gpus]
             added = self.pool.take(self.job_id, gpus - len(keep)) if gpus > len(keep) else []
             pending = self._publish_regroup(before, keep, added, batch, at_step)

@@ -274,9 +274,25 @@ class _Rank:
                 self.state.save(cfg.checkpoint_dir)  # type: ignore[arg-type]
             if plan is not None:
                 self._settle()
+                if plan.kind == PlanKind.BATCH and self.plan is not None and plan.members == self.plan.members:
+                    self._switch_batch(plan)  # same group: no regroup (coordinator.batch_change)
+                    continue
                 return plan
         self._settle()  # the job is done: a plan that arrives with the last agreement is moot
         return None
+
+    def _switch_batch(self, plan: Plan) -> None:
+        """A batch-only plan: keep the process group and DDP; the next step runs the new batch."""
+        t_stop = time.time()
+        self.plan, self.pending = plan, None
+        self._apply_batch(plan)
+        self.batches = None  # what it prefetched at the old batch is read again from the switch step
+        self._open_loader()
+        meta, pause = self.state.meta, time.time() - t_stop
+        self.records.switches.append(SwitchRecord(plan.version, plan.kind, meta.step, self.world, meta.global_batch, pause, None))
+        self.records.step_times = []
+        if self.rank == 0:
+            self.board.post(RankEvent(EventKind.APPLIED, self.spec.uid, plan.version, meta.step, pause_s=pause, world_size=self.world))
 
     def _step(self) -> StepOutcome:
         t0, cpu0 = time.perf_counter(), time.process_time()

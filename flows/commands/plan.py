@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from allocator.physics import Physics
 from allocator.plan import Plan, make_plan
 from allocator.policies import UnknownPolicyError, make_policy
 from allocator.types import InfeasibleError
@@ -25,6 +26,7 @@ class OutputFormat(str, Enum):
 def plan_as_dict(plan: Plan) -> dict[str, object]:
     return {
         "policy": plan.policy,
+        "physics": plan.physics.value,
         "capacity": plan.capacity,
         "gpus_used": plan.gpus_used,
         "jobs": [
@@ -34,6 +36,7 @@ def plan_as_dict(plan: Plan) -> dict[str, object]:
                 "batch": j.share.batch if j.share else 0,
                 "batch_per_gpu": j.share.batch_per_gpu if j.share else 0,
                 "samples_per_s": round(j.samples_per_s, 3),
+                "goodput_per_s": round(j.goodput_per_s, 3),
                 "efficiency_vs_linear": round(j.efficiency_vs_linear, 4),
                 "predicted_runtime_s": None if j.predicted_runtime_s is None else round(j.predicted_runtime_s, 1),
             }
@@ -44,8 +47,10 @@ def plan_as_dict(plan: Plan) -> dict[str, object]:
 
 
 def _table(plan: Plan) -> Table:
-    table = Table(title=f"{plan.policy} on {plan.capacity} GPUs ({plan.gpus_used} used)")
-    for col in ("job", "GPUs", "batch", "per-GPU batch", "samples/s", "efficiency vs linear", "predicted runtime"):
+    goodput = plan.physics is Physics.GOODPUT
+    table = Table(title=f"{plan.policy} on {plan.capacity} GPUs ({plan.gpus_used} used), {plan.physics.value} physics")
+    columns = ("job", "GPUs", "batch", "per-GPU batch", "samples/s", *(("goodput/s",) if goodput else ()), "efficiency vs linear", "predicted runtime")
+    for col in columns:
         table.add_column(col, justify="left" if col == "job" else "right", no_wrap=col == "job")
     for j in plan.jobs:
         assert j.share is not None
@@ -56,11 +61,12 @@ def _table(plan: Plan) -> Table:
             str(j.share.batch),
             str(j.share.batch_per_gpu),
             f"{j.samples_per_s:,.0f}",
+            *((f"{j.goodput_per_s:,.0f}",) if goodput else ()),
             f"{j.efficiency_vs_linear:.0%}",
             runtime,
         )
     for job_id in plan.waiting:
-        table.add_row(job_id, "0", "-", "-", "-", "-", "queued")
+        table.add_row(job_id, "0", "-", "-", "-", *(("-",) if goodput else ()), "-", "queued")
     return table
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Annotated
@@ -12,6 +13,7 @@ from rich.table import Table
 from allocator.profile_io import profile_to_dict
 from allocator.throughput import t_comm
 from elastic_tasks.profiling.cache import ProfileCache
+from elastic_tasks.profiling.noise_trajectory import NoiseMeasurement, measure_noise_trajectory
 from elastic_tasks.profiling.settings import ProfilerError, ProfileSettings
 from elastic_tasks.profiling.profiler import ProfileReport, profile_cached
 from elastic_tasks.recipe import load_entry_point
@@ -53,6 +55,15 @@ def _tables(report: ProfileReport) -> list[Table]:
     return tables
 
 
+def _noise_table(m: NoiseMeasurement) -> Table:
+    table = Table(title=f"gradient noise scale over {m.steps} steps at batch {m.batch} (micro-batches of {m.micro_batch}), {m.seconds:.0f} s")
+    for col in ("fraction of run", "B_noise", "training loss"):
+        table.add_column(col, justify="right")
+    for f, v, loss in zip(m.fractions, m.noise_scale, m.loss):
+        table.add_row(f"{f:.2f}", f"{v:,.1f}", f"{loss:.4f}")
+    return table
+
+
 def profile_command(
     entrypoint: Annotated[str, typer.Argument(help="Training entry point 'package.module:function' returning a TrainingRecipe.")],
     batches: Annotated[str, typer.Option("--batches", "-b", help="Per-GPU batch ladder, comma-separated.")] = "8,16,32,64",
@@ -68,6 +79,11 @@ def profile_command(
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the profile JSON here.")] = None,
     cache_dir: Annotated[Path | None, typer.Option("--cache-dir", help="Reuse/store profiles keyed by model and hardware.")] = None,
     refresh: Annotated[bool, typer.Option("--refresh", help="Measure even if the cache holds this profile.")] = False,
+    noise: Annotated[bool, typer.Option("--noise/--no-noise", help="Also measure the gradient noise scale over a training run and write it as the profile's noise_scale.")] = False,
+    noise_batch: Annotated[int | None, typer.Option("--noise-batch", help="Global batch of the noise run (default: the recipe's base_batch).")] = None,
+    noise_micro: Annotated[int | None, typer.Option("--noise-micro", help="Micro-batch of the noise run (default: a quarter of --noise-batch).")] = None,
+    noise_epochs: Annotated[float, typer.Option("--noise-epochs", help="Epochs of the noise run: about a job's own length (fractions are of this run).")] = 1.0,
+    noise_points: Annotated[int, typer.Option("--noise-points", help="Points of the trajectory, evenly spaced over the run.")] = 10,
 ) -> None:
     """Measure per-iteration time over a batch ladder and allreduce time; print and save the profile."""
     try:
@@ -91,18 +107,27 @@ def profile_command(
             check_output_dir(cache_dir, "--cache-dir")
         if out is not None:
             check_output_file(out, "--out")
+        if not (noise_epochs > 0):
+            raise ValueError(f"--noise-epochs={noise_epochs}: must be > 0")
         recipe = load_entry_point(entrypoint)
         report = profile_cached(recipe, settings, None if cache_dir is None else ProfileCache(cache_dir), refresh=refresh)
+        measured = None
+        profile = report.profile
+        if noise:
+            batch = recipe.base_batch if noise_batch is None else noise_batch
+            micro = max(1, batch // 4) if noise_micro is None else noise_micro
+            measured = measure_noise_trajectory(recipe, batch, micro, noise_epochs, noise_points, device=device)
+            profile = dataclasses.replace(profile, noise_scale=measured.trajectory)
     except ProfilerError as exc:
         fail(str(exc), code=EXIT_FAILED)
     except ValueError as exc:  # EntryPointError is a ValueError
         fail(str(exc))
-    for table in _tables(report):
+    for table in _tables(report) + ([_noise_table(measured)] if measured is not None else []):
         console.print(table)
     if out is not None:
         try:
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(profile_to_dict(report.profile), indent=2) + "\n", encoding="utf-8")
+            out.write_text(json.dumps(profile_to_dict(profile), indent=2) + "\n", encoding="utf-8")
         except OSError as exc:
             fail(f"--out={str(out)!r}: cannot write ({exc.strerror})", code=EXIT_FAILED)
         console.print(f"profile written to {out}")

@@ -19,14 +19,15 @@ from allocator.loop import LoopResult, LoopSettings
 from allocator.metrics import RunMetrics, schedule_csv, summarise
 from allocator.policies import UnknownPolicyError, make_policy, policy_parameters
 from allocator.profile_io import load_profile_dir
-from allocator.simulator import RescaleCost, simulate
+from allocator.simulator import Physics, RescaleCost, physics_of, simulate
+from allocator.simulator.run import check_physics
 from allocator.simulator.experiments import EXPERIMENTS, SEED000_INTERVAL_S, Outcome, run_setting
 from allocator.types import JobSpec
 from allocator.workloads.seed000 import load_category_profiles
 from allocator.workloads.trace import TraceError, read_trace
 from flows.idle_replay import replay_idle_nodes
 from flows.commands.console import EXIT_FAILED, console, fail
-from flows.config.jobfile import load_jobs_file
+from flows.config.jobfile import load_jobs_file, load_noise_file, with_noise
 from flows.config.paths import check_output_dir, read_text_file
 
 # matplotlib (flows.recording.plots) is imported where a plot is drawn: `--no-plots` and bad input never
@@ -85,8 +86,13 @@ def policy_settings(names: list[str], params: list[str], strict_fifo: bool | Non
             raise ValueError(f"param={raw!r}: expected [POLICY:]KEY=VALUE")
         if scope and scope not in out:
             raise ValueError(f"param={raw!r}: policy {scope!r} is not among --policy {', '.join(names)}")
+        if key == "noise":
+            raise ValueError(
+                f"param={raw!r}: noise scales belong to the jobs, where the physics and every policy read them: "
+                "give each job (or its profile) a noise_scale field (docs/jobs-file.md), or pass --noise FILE.json"
+            )
         for name in [scope] if scope else names:
-            known = policy_parameters(name)
+            known = tuple(k for k in policy_parameters(name) if k != "noise")
             if key not in known:
                 raise ValueError(f"param={raw!r}: policy {name} takes {', '.join(known) or 'no parameters'}")
             out[name][key] = _param_value(value)
@@ -113,10 +119,11 @@ def metrics_row(m: RunMetrics) -> list[str]:
         f"{m.gpu_utilisation:.1%}",
         str(m.rescales),
         _fmt_min(m.makespan_s),
+        str(m.batch_changes),
     ]
 
 
-METRIC_COLUMNS = ["jobs", "done", "drop", "SJS eff.", "avg JCT min", "p95 JCT min", "queue min", "GPU util", "rescales", "makespan min"]
+METRIC_COLUMNS = ["jobs", "done", "drop", "SJS eff.", "avg JCT min", "p95 JCT min", "queue min", "GPU util", "rescales", "makespan min", "batch changes"]
 
 
 def metrics_dict(m: RunMetrics) -> dict[str, object]:
@@ -131,6 +138,8 @@ def metrics_dict(m: RunMetrics) -> dict[str, object]:
         "gpu_utilisation": round(m.gpu_utilisation, 4),
         "rescales": m.rescales,
         "rescale_cost_s": round(m.rescale_cost_s, 1),
+        "batch_changes": m.batch_changes,
+        "batch_change_cost_s": round(m.batch_change_cost_s, 1),
         "makespan_s": round(m.makespan_s, 1),
     }
 
@@ -139,7 +148,8 @@ def _run_trace(
     jobs: list[JobSpec], policies: dict[str, dict[str, object]], capacity: int, settings: LoopSettings, cost: RescaleCost, out: Path, plots: bool
 ) -> None:
     specs = {j.id: j for j in jobs}
-    table = Table(title=f"{len(jobs)} jobs on {capacity} GPUs, Δ = {settings.interval_s:g} s, {settings.overflow.value}")
+    physics = physics_of(jobs)
+    table = Table(title=f"{len(jobs)} jobs on {capacity} GPUs, Δ = {settings.interval_s:g} s, {settings.overflow.value}, {physics.value} physics")
     table.add_column("policy")
     for col in METRIC_COLUMNS:
         table.add_column(col, justify="right")
@@ -152,7 +162,7 @@ def _run_trace(
             result = simulate(jobs, make_policy(name, **policies[name]), capacity, settings, cost)
             metrics = summarise(result, specs)
             runs.append((name, result))
-            summary[name] = metrics_dict(metrics) | ({"params": policies[name]} if policies[name] else {})
+            summary[name] = {"physics": physics.value} | metrics_dict(metrics) | ({"params": policies[name]} if policies[name] else {})
             table.add_row(name, *metrics_row(metrics))
             (out / f"schedule-{name}.csv").write_text(schedule_csv(result))
             bar.advance(task)
@@ -164,7 +174,18 @@ def _run_trace(
         plot_completed(runs, [j.arrival_time for j in jobs], f"{len(jobs)} jobs on {capacity} GPUs", out / "jobs-completed.png")
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     console.print(table)
+    console.print(physics_line(jobs, physics), highlight=False)
     console.print(f"schedules{', plots' if plots else ''} and summary.json written to [bold]{out}[/]")
+
+
+def physics_line(jobs: list[JobSpec], physics: Physics) -> str:
+    if physics is Physics.THROUGHPUT:
+        return "physics: throughput (no job carries a noise_scale): a job progresses by samples at T(B, k), every batch's samples counted the same"
+    noisy = sum(j.noise_scale is not None for j in jobs)
+    return (
+        f"physics: goodput ({noisy} of {len(jobs)} jobs carry a noise_scale): every policy's jobs progress by base-batch-equivalent samples "
+        "at T(B, k) x E(B), E = (B_noise + B0) / (B_noise + B); JCTs are goodput JCTs"
+    )
 
 
 def _mean_sd(values: list[float]) -> str:
@@ -250,6 +271,8 @@ def simulate_command(
     restart_cost: Annotated[float, typer.Option("--restart-cost", help="Seconds lost per checkpoint-restart rescale.")] = DEFAULT_COST.restart_s,
     rescale: Annotated[RescaleMode, typer.Option("--rescale", help="How a running job changes GPUs: in-place (costs --in-place-cost) or restart (--restart-cost).")] = RescaleMode.IN_PLACE,
     start_cost: Annotated[float, typer.Option("--start-cost", help="Seconds a job loses once when it starts (launch, rendezvous).")] = DEFAULT_COST.start_s,
+    batch_cost: Annotated[float, typer.Option("--batch-cost", help="Seconds a batch-only change (same GPUs, new batch or accumulation) costs: applied at a step boundary, no regroup.")] = DEFAULT_COST.batch_s,
+    noise: Annotated[Path | None, typer.Option("--noise", help="JSON mapping job id or workload -> noise_scale (any jobs-file form), for jobs that give none.")] = None,
     profiles: Annotated[Path, typer.Option("--profiles", help="Directory of profile JSON files: yours (a trace's profile/model column names the file stem) or seed000_cat*.json (category N).")] = DEFAULT_PROFILES,
     monotone_envelope: Annotated[bool, typer.Option("--monotone-envelope", help="Raise measured iteration times that dip below a smaller batch's to that time (noise) instead of refusing the profile.")] = False,
     plots: Annotated[bool, typer.Option("--plots/--no-plots", help="Draw the PNG plots.")] = True,
@@ -274,11 +297,13 @@ def simulate_command(
     if seeds < 1:
         fail(f"seeds={seeds}: must be >= 1")
     try:
-        for flag, seconds in (("in_place_cost", in_place_cost), ("restart_cost", restart_cost), ("start_cost", start_cost)):
+        for flag, seconds in (("in_place_cost", in_place_cost), ("restart_cost", restart_cost), ("start_cost", start_cost), ("batch_cost", batch_cost)):
             if not (math.isfinite(seconds) and seconds >= 0):
                 fail(f"{flag}={seconds}: must be a finite number of seconds >= 0")
-        cost = RescaleCost(in_place_s=in_place_cost, restart_s=restart_cost, start_s=start_cost, in_place=rescale is RescaleMode.IN_PLACE)
+        cost = RescaleCost(in_place_s=in_place_cost, restart_s=restart_cost, start_s=start_cost, in_place=rescale is RescaleMode.IN_PLACE, batch_s=batch_cost)
         if experiment is not None:
+            if noise is not None:
+                fail(f"--noise={str(noise)!r}: gives noise scales to a WORKLOAD file's jobs; --experiment generates its own")
             if experiment not in EXPERIMENTS:
                 fail(f"experiment={experiment!r}: unknown; choose one of {', '.join(EXPERIMENTS)}")
             load_category_profiles(profiles)  # a bad --profiles fails here, before anything is written
@@ -288,13 +313,18 @@ def simulate_command(
             return
         assert workload is not None
         jobs, file_gpus = load_workload(workload, profiles, monotone_envelope)
+        if noise is not None:
+            jobs = with_noise(jobs, load_noise_file(noise))
         capacity = gpus if gpus is not None else file_gpus
         if capacity is None or capacity <= 0:
             fail(f"gpus={capacity}: give a positive --gpus (or 'gpus' in the jobs file)")
         names = policy or ["elastic_dp"]
         settings = policy_settings(names, param or [], strict_fifo)
+        for name in names:  # a policy that weighs rescale costs plans with this run's
+            if "rescale_cost_s" in policy_parameters(name):
+                settings[name].setdefault("rescale_cost_s", cost.in_place_s if cost.in_place else cost.restart_s)
         for name in names:
-            make_policy(name, **settings[name])  # fail fast on a bad name or value, before any work
+            check_physics(make_policy(name, **settings[name]), jobs, None)  # fail fast on a bad name or value, before any work
         loop = LoopSettings(interval_s=interval, overflow=overflow, react_to_events=react, strict_fifo=DEFAULT_LOOP.strict_fifo if strict_fifo is None else strict_fifo)
         check_output_dir(out, "--out")
         out.mkdir(parents=True, exist_ok=True)

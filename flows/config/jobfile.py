@@ -9,9 +9,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+from allocator.noise import NoiseTrajectory, noise_from_value
 from allocator.profile_io import profile_from_dict
 from allocator.specs import JobsFile, jobs_file_from_dict
-from allocator.types import ThroughputProfile
+from allocator.types import JobSpec, ThroughputProfile
 from flows.config.paths import read_data_file, read_text_file
 
 
@@ -46,3 +50,27 @@ def load_jobs_file(path: str | Path) -> JobsFile:
         raise ValueError(f"jobs file {str(path)!r}: expected a mapping with a 'jobs' list")
     profiles = _load_profiles(data.get("profiles"), path.parent)
     return jobs_file_from_dict(data, profiles)
+
+
+def load_noise_file(path: str | Path) -> dict[str, NoiseTrajectory]:
+    """A JSON/YAML mapping job id or workload -> noise_scale (any form of ``allocator.noise``)."""
+    where = f"noise file {str(path)!r}"
+    data = read_data_file(Path(path), "noise file")
+    if not isinstance(data, dict) or not data:
+        raise ValueError(f"{where}: expected a mapping of job ids or workloads to noise scales")
+    return {str(key): noise_from_value(value, f"{where}[{str(key)!r}]") for key, value in data.items()}
+
+
+def with_noise(jobs: Sequence[JobSpec], noise: Mapping[str, NoiseTrajectory]) -> list[JobSpec]:
+    """Jobs without a noise scale of their own take ``noise``'s, by job id first, then workload.
+    A key that names no job is refused (a typo would otherwise silently change nothing)."""
+    names = {j.id for j in jobs} | {j.workload for j in jobs}
+    unknown = sorted(set(noise) - names)
+    if unknown:
+        raise ValueError(f"noise[{unknown[0]!r}]: names no job id or workload of this run")
+    out = []
+    for job in jobs:
+        given = noise.get(job.id) or noise.get(job.workload)
+        explicit = job.noise_scale is not None and job.noise_scale != job.profile.noise_scale
+        out.append(job if given is None or explicit else dataclasses.replace(job, noise_scale=given))
+    return out
