@@ -17,7 +17,7 @@ from enum import Enum
 
 from distributed import Client, Event, Queue, Variable
 
-from elastic_tasks.protocol import Plan
+from elastic_tasks.protocol import EvalResult, Plan
 
 
 class EventKind(str, Enum):
@@ -52,6 +52,8 @@ class JobStatus:
     loss: float
     time: float
     noise_scale: float | None = None  # smoothed gradient noise scale (elastic_tasks.rank.noise_scale), for goodput policies
+    lr: float | None = None  # the first parameter group's LR at that step
+    last_eval: EvalResult | None = None  # the job's latest periodic evaluation (recipe.eval_every)
 
 
 class JobBoard:
