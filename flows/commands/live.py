@@ -128,16 +128,23 @@ class StepProgress:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
+        self._print_every_s = 0.0  # the last status is always shown, even right after another
+        self._poll_once()
         self._progress.stop()
 
     def _poll(self) -> None:
         while not self._stop.wait(self._every_s):
-            try:
-                s = self._status()
-            except Exception:  # the scheduler is going away at the end of the run
+            if not self._poll_once():
                 return
-            if s is not None:
-                self.show(s)
+
+    def _poll_once(self) -> bool:
+        try:
+            s = self._status()
+        except Exception:  # the scheduler is going away at the end of the run
+            return False
+        if s is not None:
+            self.show(s)
+        return True
 
     def show(self, s: JobStatus) -> None:
         """Draw (or print) the line for status ``s``; report a new evaluation once."""
