@@ -129,7 +129,10 @@ def _check_evaluation(recipe: TrainingRecipe, model: torch.nn.Module, scheduler:
     except RecipeCheckError as exc:  # EvalMetricsError names its field already
         raise RecipeCheckError(str(exc).replace(f"{field}: EvalMetricsError: TrainingRecipe[{recipe.name}].{field}: ", f"{field}: ")) from None
     metrics = dict(result.metrics) | ({} if result.loss is None else {"loss": result.loss})
-    _blame(recipe, "scheduler_metric", lambda: lrs.after_evaluation(recipe, scheduler, metrics))
+    try:
+        lrs.after_evaluation(recipe, scheduler, metrics)
+    except lrs.SchedulerMetricError as exc:  # names the field and what the evaluation returned
+        raise RecipeCheckError(str(exc)) from None
 
 
 def _shape(value: object) -> str:
