@@ -11,7 +11,10 @@ skips it (e.g. a model that only builds where the ranks run).
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from multiprocessing.reduction import ForkingPickler
 from typing import Any, TypeVar
 
@@ -22,7 +25,7 @@ from elastic_tasks.rank import lr as lrs
 from elastic_tasks.rank.evaluate import EvalLoader, evaluate
 from elastic_tasks.rank.forward import RecipeStep
 from elastic_tasks.rank.step import autocast
-from elastic_tasks.recipe import EntryPointError, TrainingRecipe, build_optimizer, to_device
+from elastic_tasks.recipe import EntryPointError, TrainingRecipe, build_optimizer, load_entry_point, to_device
 
 T = TypeVar("T")
 
@@ -93,6 +96,27 @@ def check_recipe(recipe: TrainingRecipe, device: torch.device | None = None) -> 
     _blame(recipe, "make_scheduler", lambda: lrs.after_step(scheduler))
     if recipe.eval_dataset is not None:
         _check_evaluation(recipe, model, scheduler, device)
+
+
+def check_entry_point(entrypoint: str, recipe: TrainingRecipe, device: torch.device | None = None, isolate: bool | None = None) -> None:
+    """``check_recipe`` for ``recipe`` (loaded from ``entrypoint``) on the ranks' device.
+
+    On a GPU (``isolate`` None) it runs in a spawned child process: a check in this process
+    would leave a CUDA context — memory on the ranks' first GPU — for the whole run.
+    """
+    device = preflight_device() if device is None else device
+    if not (device.type == "cuda" if isolate is None else isolate):
+        check_recipe(recipe, device)
+        return
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        try:
+            pool.submit(_check_in_child, entrypoint, str(device)).result()
+        except BrokenProcessPool:
+            raise RecipeCheckError(f"entrypoint={entrypoint!r}: the pre-flight check's process died (on {device}); --no-preflight skips it") from None
+
+
+def _check_in_child(entrypoint: str, device: str) -> None:
+    check_recipe(load_entry_point(entrypoint), torch.device(device))
 
 
 def check_picklable(recipe: TrainingRecipe) -> None:

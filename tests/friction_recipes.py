@@ -101,3 +101,11 @@ def worker_only_recipe() -> TrainingRecipe:
         name="worker-only", build_model=WorkerOnly, dataset=Points(256), step_fn=step, make_optimizer=two_groups, base_lr=0.1, base_batch=8,
         eval_dataset=Points(64, offset=9_000), eval_fn=rank0_eval, eval_every=4,
     )
+
+
+def vector_step(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    return F.cross_entropy(model(batch["x"]), batch["label"], reduction="none")  # not a scalar: the check says so
+
+
+def vector_loss_recipe() -> TrainingRecipe:
+    return TrainingRecipe(name="vector", build_model=Net, dataset=Points(16), step_fn=vector_step, make_optimizer=two_groups, base_lr=0.1, base_batch=4)

@@ -30,7 +30,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from typer.testing import CliRunner
 
-from elastic_tasks.preflight import RecipeCheckError, check_recipe, preflight_device
+from elastic_tasks.preflight import RecipeCheckError, check_entry_point, check_recipe, preflight_device
 from elastic_tasks.protocol import EvalResult
 from elastic_tasks.rank import lr as lrs
 from elastic_tasks.rank.eval_schedule import EvalSchedule
@@ -329,6 +329,16 @@ def test_7_preflight_runs_on_the_device_the_ranks_will_use(monkeypatch):
 
     check_recipe(_recipe(step_fn=step_fn), torch.device("cpu"))
     assert where == [(torch.device("cpu"), torch.device("cpu"))]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_7_on_a_gpu_the_check_runs_in_a_child_process_and_its_error_comes_back_whole():
+    # What a GPU host does (isolate=None and a CUDA device): forced here on the CPU.
+    with pytest.raises(RecipeCheckError) as info:
+        check_entry_point("tests.friction_recipes:vector_loss_recipe", fr.vector_loss_recipe(), torch.device("cpu"), isolate=True)
+    assert str(info.value).startswith("TrainingRecipe[vector].step_fn: returned Tensor of shape (2,)")
+    check_entry_point("tests.friction_recipes:plateau_recipe", fr.plateau_recipe(), torch.device("cpu"), isolate=True)
 
 
 def test_7_a_recipe_that_builds_only_on_the_workers_fails_the_check_in_one_line(monkeypatch, tmp_path):

@@ -12,7 +12,7 @@ from rich.table import Table
 from typing import TYPE_CHECKING
 
 from elastic_tasks.coordinator.outcomes import JobFailed, JobResult
-from elastic_tasks.preflight import check_recipe
+from elastic_tasks.preflight import check_entry_point
 from elastic_tasks.protocol import TrainConfig
 from elastic_tasks.recipe import EntryPointError, TrainingRecipe, load_entry_point
 from flows.commands.console import EXIT_FAILED, console, err_console, fail, warn
@@ -107,7 +107,7 @@ def train(
     try:
         settings = load_settings() if preflight is None or track else None
         recipe = load_entry_point(entrypoint)
-        skip_reason = _preflight(recipe, preflight if preflight is not None else settings.preflight)  # type: ignore[union-attr]
+        skip_reason = _preflight(entrypoint, recipe, preflight if preflight is not None else settings.preflight)  # type: ignore[union-attr]
         schedule = parse_rescales(rescale_at or [], steps)
         global_batch = recipe.base_batch if batch is None else batch
         most = max([gpus, *(g for _, g in schedule)])
@@ -157,10 +157,10 @@ def train(
     _summary(result, recipe.name)
 
 
-def _preflight(recipe: TrainingRecipe, wanted: bool) -> str | None:
+def _preflight(entrypoint: str, recipe: TrainingRecipe, wanted: bool) -> str | None:
     """Run the recipe's one-step check unless told not to; the reason it was skipped, if it was."""
     if wanted:
-        check_recipe(recipe)  # on the device the ranks will use, before any worker starts
+        check_entry_point(entrypoint, recipe)  # on the device the ranks will use, before any worker starts
         return None
     return "--no-preflight or MALLEABLE_PREFLIGHT=false"
 
