@@ -219,6 +219,7 @@ class _Counting(fr.Net):
 
 @pytest.mark.parametrize("cap", [None, 8])
 def test_5_evaluation_reads_one_forward_per_batch_at_the_per_gpu_cap(cap):
+    # Issue 22 item 3: evaluation used batch 256 whatever the job's max_batch_per_gpu.
     recipe = _recipe(eval_dataset=fr.Points(300, offset=7), eval_fn=fr.rank0_eval, eval_every=3)
     model = _Counting()
     _Counting.forwards, _Counting.batch_sizes = 0, []
@@ -234,6 +235,11 @@ def test_5_evaluation_reads_one_forward_per_batch_at_the_per_gpu_cap(cap):
     labels = torch.tensor([d["label"] for d in data])
     assert result.step == 6 and result.loss == pytest.approx(float(F.cross_entropy(logits, labels)), abs=1e-6)
     assert result.metric("accuracy") == pytest.approx(float((logits.argmax(1) == labels).float().mean()))
+    # Without eval_fn (the training objective) the same cap holds.
+    _Counting.batch_sizes = []
+    plain = _recipe(eval_dataset=fr.Points(300, offset=7))
+    RankEvaluation(plain, cap, torch.device("cpu")).run(ElasticState(model, build_optimizer(plain, model), meta), rank=0, world=1)
+    assert max(_Counting.batch_sizes) == largest and sum(_Counting.batch_sizes) == 300
 
 
 def test_5_eval_schedule_by_steps_and_by_rank0_clock_skips_clocks_read_before_the_last_evaluation():
