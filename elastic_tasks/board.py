@@ -53,7 +53,9 @@ class JobStatus:
     time: float
     noise_scale: float | None = None  # smoothed gradient noise scale (elastic_tasks.rank.noise_scale), for goodput policies
     lr: float | None = None  # the first parameter group's LR at that step
-    last_eval: EvalResult | None = None  # the job's latest periodic evaluation (recipe.eval_every)
+    # The job's latest periodic evaluations (recipe.eval_every), a few: statuses are sampled,
+    # so one pushed between two reads still reaches the reader.
+    recent_evals: tuple[EvalResult, ...] = ()
 
 
 class JobBoard:

@@ -387,6 +387,31 @@ def test_6_7_train_skips_the_check_when_told_shows_each_step_and_ends_with_the_c
     assert [a.path for a in client.list_artifacts(run.info.run_id, "figures")] == ["figures/step_curve.png"]
 
 
+def test_6_live_line_shows_step_loss_lr_rate_gpus_batch_and_each_evaluation_once():
+    import io
+
+    from rich.console import Console
+
+    from elastic_tasks.board import JobStatus
+    from flows.commands.live import StepProgress
+
+    out, logged = io.StringIO(), []
+    progress = StepProgress(Console(file=out, width=200), 30, lambda: None, on_eval=logged.append, print_every_s=0.0)
+    ev = EvalResult(0.5, None, 100, (("macro_f1", 0.75),), 10)
+    statuses = [
+        JobStatus(0, 9, 288, 2, 32, 1.25, 100.0, lr=0.01),
+        JobStatus(0, 11, 352, 3, 32, 1.0, 100.5, lr=0.005, recent_evals=(ev,)),  # 64 samples in 0.5 s
+        JobStatus(1, 12, 384, 3, 32, 0.9, 100.75, lr=0.004, recent_evals=(ev,)),
+    ]
+    for status in statuses:
+        progress.show(status)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "step 9/30 · loss 1.2500 · lr 0.01 · 2 GPU × 32"
+    assert lines[1] == "step 11/30 · loss 1.0000 · lr 0.005 · 128 samples/s · 3 GPU × 32"
+    assert lines[2] == "eval at step 10: loss 0.5, macro_f1 0.75" and lines.count(lines[2]) == 1
+    assert lines[3] == "step 12/30 · loss 0.9000 · lr 0.004 · 128 samples/s · 3 GPU × 32" and logged == [ev]
+
+
 def test_6_sparkline_orders_values_by_height():
     from flows.recording.step_curve import sparkline
 

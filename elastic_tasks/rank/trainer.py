@@ -60,6 +60,7 @@ from elastic_tasks.rank.straggler import StragglerDetector
 from elastic_tasks.coordinator.timeouts import RECOVERY_POLL_S, plan_wait_s
 
 log = logging.getLogger(__name__)
+RECENT_EVALS = 8  # periodic evaluations carried in rank 0's status (JobStatus.recent_evals)
 
 def run_rank(spec: RankSpec) -> RankResult:
     """Dask task: train as rank ``spec.uid`` on board ``spec.board_id`` until the job ends or the rank leaves."""
@@ -380,7 +381,7 @@ class _Rank:
             meta = self.state.meta
             self.courier.status = JobStatus(
                 plan.version, meta.step, meta.samples_seen, self.world, meta.global_batch, record.loss, time.time(), record.noise_scale,
-                lr=record.lr, last_eval=self.records.evals[-1] if self.records.evals else None,
+                lr=record.lr, recent_evals=tuple(self.records.evals[-RECENT_EVALS:]),
             )
 
     def _result(self, exit_: RankExit, evaluation: EvalResult | None = None) -> RankResult:

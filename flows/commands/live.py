@@ -118,7 +118,7 @@ class StepProgress:
         self._task = self._progress.add_task("steps", total=total_steps, detail="starting ranks…")
         self._previous: JobStatus | None = None
         self._rate: float | None = None
-        self._eval_step: int | None = None
+        self._evals_seen: set[int | None] = set()
 
     def __enter__(self) -> StepProgress:
         self._progress.start()
@@ -159,8 +159,10 @@ class StepProgress:
                 self._printed_at = time.monotonic()
                 total = f"/{self._total}" if self._total else ""
                 self._console.print(f"step {s.step}{total} · {detail}", markup=False, highlight=False)
-        if s.last_eval is not None and s.last_eval.step != self._eval_step:
-            self._eval_step = s.last_eval.step
-            self._console.print(eval_line(s.last_eval), markup=False, highlight=False)
+        for result in s.recent_evals:
+            if result.step in self._evals_seen:
+                continue
+            self._evals_seen.add(result.step)
+            self._console.print(eval_line(result), markup=False, highlight=False)
             if self._on_eval is not None:
-                self._on_eval(s.last_eval)
+                self._on_eval(result)
