@@ -5,7 +5,6 @@ from __future__ import annotations
 import multiprocessing
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset
@@ -68,7 +67,7 @@ def sharded_eval(model: nn.Module, loader) -> dict[str, float]:  # noqa: ANN001
     for c in range(CLASSES):
         tp, fp, fn = (int(((pred == c) & (label == c)).sum()), int(((pred == c) & (label != c)).sum()), int(((pred != c) & (label == c)).sum()))
         scores.append(2 * tp / max(2 * tp + fp + fn, 1))
-    return {"macro_f1": sum(scores) / CLASSES, "samples": float(len(label)), "largest_batch": float(largest), "world": float(dist.get_world_size())}
+    return {"macro_f1": sum(scores) / CLASSES, "samples": float(len(label)), "largest_batch": float(largest), "world": float(loader.world)}
 
 
 def plateau_recipe() -> TrainingRecipe:

@@ -52,7 +52,8 @@ class EvalLoader:
 
     ``gather(tensor)``: the per-sample ``tensor`` of every rank concatenated in dataset order
     (sharded evaluation; a collective, so every rank calls it the same number of times);
-    unsharded it returns ``tensor`` itself.
+    unsharded it returns ``tensor`` itself. ``rank`` and ``world`` say which part this is
+    (the pre-flight check has no process group, so ``torch.distributed`` cannot tell).
     """
 
     def __init__(self, recipe: TrainingRecipe, device: torch.device, batch_size: int, rank: int = 0, world: int = 1, sharded: bool = False) -> None:
@@ -66,6 +67,7 @@ class EvalLoader:
         self.device = device
         self.batch_size = batch_size
         self.sharded = sharded and world > 1
+        self.rank, self.world = rank, world
         n = len(dataset)  # type: ignore[arg-type]
         # Contiguous slices in rank order: concatenating them is the dataset's order.
         self.start, self.stop = (n * rank // world, n * (rank + 1) // world) if self.sharded else (0, n)
