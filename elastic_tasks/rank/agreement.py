@@ -1,8 +1,8 @@
 """The end-of-step agreement of one generation: one allreduce per step, read one step later.
 
 One SUM allreduce carries everything: [loss, correct, count, throughput per rank, newest
-plan version seen per rank, rank 0's evaluation clock]; each rank fills only its own slots, so the sum is every rank's
-value side by side (versions are small integers: exact in float64). It is issued
+plan version seen per rank, rank 0's evaluation clock]; each rank fills only its own slots,
+so the sum is every rank's value side by side (versions are small integers: exact in float64). It is issued
 asynchronously and read one step later, so it overlaps the next step's compute instead of
 adding a second synchronisation point per step; every rank reads step t's agreement at the
 same boundary, so decisions taken on it stay identical across ranks.

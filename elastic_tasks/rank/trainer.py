@@ -386,4 +386,3 @@ class _Rank:
 
     def _result(self, exit_: RankExit, evaluation: EvalResult | None = None) -> RankResult:
         return self.records.result(self.spec.uid, exit_, self.state.meta, evaluation)
-
