@@ -17,7 +17,7 @@ from enum import Enum
 
 from distributed import Client, Event, Queue, Variable
 
-from elastic_tasks.protocol import Plan
+from elastic_tasks.protocol import EvalResult, Plan
 
 
 class EventKind(str, Enum):
@@ -52,6 +52,10 @@ class JobStatus:
     loss: float
     time: float
     noise_scale: float | None = None  # smoothed gradient noise scale (elastic_tasks.rank.noise_scale), for goodput policies
+    lr: float | None = None  # the first parameter group's LR at that step
+    # The job's latest periodic evaluations (recipe.eval_every), a few: statuses are sampled,
+    # so one pushed between two reads still reaches the reader.
+    recent_evals: tuple[EvalResult, ...] = ()
 
 
 class JobBoard:

@@ -61,11 +61,11 @@ def _import_trainer() -> None:
 
 def _warm(entrypoint: str) -> None:
     import elastic_tasks.rank.trainer  # noqa: F401  (torch.distributed, DDP)
-    from elastic_tasks.recipe import load_entry_point
+    from elastic_tasks.recipe import build_optimizer, load_entry_point
 
     recipe = load_entry_point(entrypoint)
     # The first optimizer construction imports torch._dynamo: seconds, once per process.
-    recipe.make_optimizer(recipe.build_model().parameters(), recipe.base_lr)
+    build_optimizer(recipe, recipe.build_model())
 
 
 def worker_info(client: Client) -> dict[str, dict]:

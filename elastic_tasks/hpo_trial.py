@@ -17,14 +17,14 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
 import torch
 from torch import nn
 
-from elastic_tasks.recipe import TrainingRecipe, load_entry_point
+from elastic_tasks.recipe import TrainingRecipe, load_entry_point, optimizer_argument
 from elastic_tasks.rank.state import CHECKPOINT_NAME, has_checkpoint, read_checkpoint
 
 _PREFIX = "trial_"
@@ -98,13 +98,14 @@ def _restored_model(build: Callable[[], nn.Module], resume_from: str | None) -> 
     return model
 
 
-def _restored_optimizer(
-    make: Callable[[Iterable[nn.Parameter], float], torch.optim.Optimizer], resume_from: str | None, params: Iterable[nn.Parameter], lr: float
-) -> torch.optim.Optimizer:
-    optimizer = make(params, lr)
+def _restored_optimizer(make: Callable[..., torch.optim.Optimizer], resume_from: str | None, model: nn.Module, lr: float) -> torch.optim.Optimizer:
+    """The base recipe's optimizer (given what its own signature asks for), with the previous stage's state."""
+    optimizer = make(optimizer_argument(make, model), lr)
     if resume_from is not None:
-        # Momentum buffers carry over, as RubberBand's checkpoints do; the LR is the trial's.
+        # Momentum buffers carry over, as RubberBand's checkpoints do; the LRs are the trial's.
+        own = [group["lr"] for group in optimizer.param_groups]
         optimizer.load_state_dict(_checkpoint(resume_from)["optimizer"])
-        for group in optimizer.param_groups:
-            group["lr"] = lr
+        for group, group_lr in zip(optimizer.param_groups, own, strict=True):
+            group["lr"] = group_lr
     return optimizer
+

@@ -164,6 +164,7 @@ class StepRecord:
     # The samples ``loss``/``accuracy`` average over when not the global batch: the step's
     # agreement failed with its group (a peer died), so only this rank's own samples are known.
     loss_samples: int | None = None
+    group_lrs: tuple[float, ...] = ()  # the LR each parameter group stepped with (``lr`` is the first's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,10 +182,14 @@ class SwitchRecord:
 
 @dataclass(frozen=True, slots=True)
 class EvalResult:
-    loss: float
+    loss: float | None  # None: the recipe's eval_fn returned no "loss"
     accuracy: float | None  # None: the recipe's batches are not (x, y) classification
     samples: int
-    metrics: tuple[tuple[str, float], ...] = ()  # the recipe's eval_metrics, sample-weighted means
+    metrics: tuple[tuple[str, float], ...] = ()  # eval_fn's metrics, or eval_metrics' sample-weighted means
+    step: int | None = None  # steps done when it was taken
+
+    def metric(self, name: str) -> float | None:
+        return dict(self.metrics).get(name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,3 +205,4 @@ class RankResult:
     recoveries: tuple[tuple[int, int], ...] = ()  # (failed generation, step this rank held)
     eval: EvalResult | None = None
     step_time_s: float = 0.0  # median wall time per step in this rank's last generation
+    evals: tuple[EvalResult, ...] = ()  # periodic evaluations this rank took part in (recipe.eval_every)

@@ -2,15 +2,17 @@
 
 An entry point is ``package.module:function`` (``resolve_workload`` also takes a built-in
 example's name); calling the function (no arguments) returns
-a ``TrainingRecipe``. The system owns sharding, batch size, learning rate and world size;
-the recipe says what to train and how: the optimizer for a given LR, and optionally a step
-hook for any batch structure, a collate function, DataLoader options, mixed precision,
-gradient clipping, an LR schedule (a factor on top of the batch-scaled LR) and eval metrics.
+a ``TrainingRecipe``. The system owns sharding, batch size, learning rate scaling and world
+size; the recipe says what to train and how: the optimizer (with the user's own parameter
+groups), and optionally a step hook for any batch structure, a collate function, DataLoader
+options, mixed precision, gradient clipping, a ``torch.optim.lr_scheduler`` (or an LR factor
+by samples seen), and periodic evaluation with the user's own metrics.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import math
 import os
 import sys
@@ -23,6 +25,10 @@ from torch import nn
 from torch.utils.data import Dataset, default_collate
 
 PRECISIONS = ("fp32", "bf16", "fp16")
+
+# ``make_optimizer``'s first parameter name says what it is given (``optimizer_input``).
+MODEL_NAMES = ("model", "module")
+NAMED_PARAMETER_NAMES = ("named_parameters", "named_params")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,25 +53,49 @@ class LoaderOptions:
 class TrainingRecipe:
     """A model to train and the data and rules to train it with.
 
-    ``base_lr`` is the learning rate that suits ``base_batch``; hybrid scaling moves the LR
-    from there as the global batch changes. ``dataset`` must be map-style and
-    deterministic (index -> same sample on every process), because ranks shard it by index.
+    ``base_lr`` is the learning rate that suits ``base_batch``; hybrid scaling multiplies every
+    parameter group's *own* LR by the batch factor as the global batch changes, so per-group
+    ratios hold. ``dataset`` must be map-style and deterministic (index -> same sample on
+    every process), because ranks shard it by index.
 
-    Two ways to say what a step computes: ``loss_fn(model(x), y)`` on ``(x, y)`` batches (the
-    original contract), or ``step_fn(model, batch) -> mean loss`` for any batch structure
-    (dicts, tuples, tensors) that ``collate_fn`` (default: torch's ``default_collate``)
-    builds. ``lr_schedule(samples_seen) -> factor`` multiplies the batch-scaled LR, so the
-    schedule follows training progress while the system keeps scaling by batch.
-    ``eval_metrics(model, batch) -> {name: mean}`` adds metrics to the final evaluation.
+    ``make_optimizer(x, lr)``: what ``x`` is depends on the name of its first parameter —
+    ``model`` (or ``module``): the model itself; ``named_parameters`` (or ``named_params``):
+    a list of ``(name, parameter)`` pairs, so groups are built by name as in a plain loop;
+    any other name (the original contract, e.g. ``params``): ``model.parameters()``. ``lr`` is
+    ``base_lr``; groups may set their own.
+
+    What a step computes: ``loss_fn(model(x), y)`` on ``(x, y)`` batches, or
+    ``step_fn(model, batch) -> mean loss`` for any batch structure that ``collate_fn``
+    (default: torch's ``default_collate``) builds; with ``step_fn`` no ``loss_fn`` is needed.
+    ``model`` is always the module ``build_model`` returned (on the rank's device) — in the
+    pre-flight check, in training and in evaluation. In training the whole step runs inside
+    DDP's forward (as Lightning runs ``training_step``), so methods of the model may be called
+    and gradients are still averaged across ranks.
+
+    Schedules: ``make_scheduler(optimizer)`` returns any ``torch.optim.lr_scheduler`` (OneCycleLR
+    with its momentum cycling included); it steps once per optimizer step, and its state
+    travels with the elastic state. A ``ReduceLROnPlateau`` steps after each evaluation
+    instead, on the metric ``scheduler_metric``. ``lr_schedule(samples_seen) -> factor`` (the
+    older form) multiplies the LR by progress in samples.
+
+    Evaluation: ``eval_fn(model, loader) -> {name: number}`` over ``eval_dataset``, every
+    ``eval_every`` steps and/or ``eval_every_s`` seconds and once at the end; ``loader`` yields
+    batches on the model's device at the job's per-GPU batch cap. With ``eval_sharded`` each
+    rank reads its slice of the eval set and ``loader.gather(tensor)`` concatenates a
+    per-sample tensor across ranks in dataset order, so metrics over the whole set
+    (macro-F1, AUC) are exact; on rank 0 alone ``gather`` returns its argument. A ``loss`` key,
+    when returned, is the eval loss. Without ``eval_fn`` the training objective (and the older
+    per-batch ``eval_metrics(model, batch)``, sample-weighted) is evaluated.
     """
 
     name: str
     build_model: Callable[[], nn.Module]
     dataset: Dataset
-    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None
-    make_optimizer: Callable[[Iterable[nn.Parameter], float], torch.optim.Optimizer]
-    base_lr: float
-    base_batch: int
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+    # Required; defaults only so that ``loss_fn`` may be left out while positional recipes keep working.
+    make_optimizer: Callable[[Any, float], torch.optim.Optimizer] | None = None
+    base_lr: float | None = None
+    base_batch: int | None = None
     eval_dataset: Dataset | None = None
     step_fn: Callable[[nn.Module, Any], torch.Tensor] | None = None
     collate_fn: Callable[[list[Any]], Any] | None = None
@@ -74,11 +104,19 @@ class TrainingRecipe:
     clip_grad_norm: float | None = None
     lr_schedule: Callable[[int], float] | None = None
     eval_metrics: Callable[[nn.Module, Any], Mapping[str, float]] | None = None
+    make_scheduler: Callable[[torch.optim.Optimizer], Any] | None = None
+    scheduler_metric: str = "loss"
+    eval_fn: Callable[[nn.Module, Any], Mapping[str, float]] | None = None
+    eval_every: int | None = None
+    eval_every_s: float | None = None
+    eval_sharded: bool = False
 
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError(f"TrainingRecipe.name={self.name!r}: must be a non-empty string")
-        if not (self.base_lr > 0):
+        if not callable(self.make_optimizer):
+            raise ValueError(f"TrainingRecipe[{self.name}].make_optimizer={self.make_optimizer!r}: required, a function (params, lr) -> optimizer")
+        if not (isinstance(self.base_lr, (int, float)) and self.base_lr > 0):
             raise ValueError(f"TrainingRecipe[{self.name}].base_lr={self.base_lr!r}: must be > 0")
         if not (isinstance(self.base_batch, int) and self.base_batch > 0):
             raise ValueError(f"TrainingRecipe[{self.name}].base_batch={self.base_batch!r}: must be a positive integer")
@@ -92,6 +130,21 @@ class TrainingRecipe:
             raise ValueError(f"TrainingRecipe[{self.name}].clip_grad_norm={self.clip_grad_norm!r}: must be a finite number > 0")
         if not isinstance(self.loader, LoaderOptions):
             raise ValueError(f"TrainingRecipe[{self.name}].loader={self.loader!r}: expected LoaderOptions")
+        self._check_evaluation()
+
+    def _check_evaluation(self) -> None:
+        every = self.eval_every
+        if every is not None and not (isinstance(every, int) and not isinstance(every, bool) and every >= 1):
+            raise ValueError(f"TrainingRecipe[{self.name}].eval_every={every!r}: must be a number of steps >= 1")
+        seconds = self.eval_every_s
+        if seconds is not None and not (isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds > 0):
+            raise ValueError(f"TrainingRecipe[{self.name}].eval_every_s={seconds!r}: must be a number of seconds > 0")
+        periodic = every is not None or seconds is not None
+        if (periodic or self.eval_fn is not None) and self.eval_dataset is None:
+            field_name = "eval_fn" if self.eval_fn is not None else ("eval_every" if every is not None else "eval_every_s")
+            raise ValueError(f"TrainingRecipe[{self.name}].{field_name}: needs eval_dataset")
+        if self.eval_sharded and self.eval_fn is None:
+            raise ValueError(f"TrainingRecipe[{self.name}].eval_sharded=True: needs eval_fn (it gathers what it needs with loader.gather)")
 
     def collate(self, samples: list[Any]) -> Any:
         return (self.collate_fn or default_collate)(samples)
@@ -105,6 +158,44 @@ class TrainingRecipe:
         loss = self.loss_fn(out, y)  # type: ignore[misc]
         correct = (out.detach().argmax(dim=1) == y).sum() if out.dim() == 2 and y.dim() == 1 else None
         return loss, correct
+
+
+def optimizer_input(make_optimizer: Callable[..., Any]) -> str:
+    """What ``make_optimizer`` is given, read from its first parameter's name: ``"model"``,
+    ``"named_parameters"`` or ``"parameters"`` (the original contract, and any signature that
+    cannot be read, e.g. a C-implemented callable)."""
+    try:
+        params = [p for p in inspect.signature(make_optimizer).parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        return "parameters"
+    first = params[0].name if params else ""
+    if first in MODEL_NAMES:
+        return "model"
+    if first in NAMED_PARAMETER_NAMES:
+        return "named_parameters"
+    return "parameters"
+
+
+def optimizer_argument(make_optimizer: Callable[..., Any], model: nn.Module) -> Any:
+    """What ``make_optimizer`` is called with for ``model``: the model, its named parameters or its parameters."""
+    given = optimizer_input(make_optimizer)
+    if given == "model":
+        return model
+    return list(model.named_parameters()) if given == "named_parameters" else model.parameters()
+
+
+def build_optimizer(recipe: TrainingRecipe, model: nn.Module, lr: float | None = None) -> torch.optim.Optimizer:
+    """``recipe.make_optimizer`` called with what its signature asks for (``optimizer_input``)."""
+    make = recipe.make_optimizer
+    assert make is not None  # checked when the recipe was built
+    return make(optimizer_argument(make, model), recipe.base_lr if lr is None else lr)
+
+
+def collate_function(recipe: TrainingRecipe) -> Callable[[list[Any]], Any]:
+    """The collate function a DataLoader gets: the recipe's own (or torch's), never a bound
+    method of the recipe — DataLoader workers on Dask are spawn-started, so whatever the loader
+    holds is pickled, and a bound method would drag every field of the recipe along."""
+    return recipe.collate_fn or default_collate
 
 
 def collate(dataset: Dataset, indices: Iterable[int], device: torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset
 
+from elastic_tasks.rank import lr as lrs
 from elastic_tasks.rank import step as steps
 from elastic_tasks.examples import tiny_lm
 from elastic_tasks.rank.loader import RankLoader, rank_loader
@@ -120,7 +121,7 @@ class Pairs(Dataset):
         ({"step_fn": lambda m, b: b["missing"]}, ".step_fn: KeyError: 'missing'"),
         ({"step_fn": lambda m, b: m(b["x"])}, ".step_fn: returned Tensor of shape (2, 1), expected a scalar loss"),
         ({"collate_fn": lambda s: 1 / 0}, ".collate_fn: ZeroDivisionError"),
-        ({"eval_dataset": Indexed(2), "eval_metrics": lambda m, b: {"x": "high"}}, ".eval_metrics: keys ['x']"),
+        ({"eval_dataset": Indexed(2), "eval_metrics": lambda m, b: {"x": "high"}}, ".eval_metrics: 'x' -> 'high' is not str -> number"),
     ],
 )
 def test_preflight_names_the_field_in_one_line(kwargs, needle):
@@ -143,12 +144,13 @@ def test_recipe_rejects_bad_fields():
 
 
 def test_lr_schedule_multiplies_the_batch_scaled_lr_and_is_not_overwritten():
-    recipe = _recipe(Indexed(4), lr_schedule=lambda seen: 0.5 if seen >= 100 else 1.0)
+    recipe = _recipe(Indexed(4), lr_schedule=lambda seen: 0.5 if seen >= 100 else 1.0)  # base_lr 0.1
     ramp = LRRamp(0.2, 0.4, begin=10, steps=10)  # hybrid scaling moving the LR from 0.2 to 0.4
-    assert steps.step_lr(recipe, ramp.at(15), samples_seen=50) == pytest.approx(0.3)
-    assert steps.step_lr(recipe, ramp.at(25), samples_seen=150) == pytest.approx(0.2)
+    # The factor on each group's own LR: batch-scaled LR / base LR, times the schedule's factor.
+    assert lrs.lr_factor(recipe, ramp.at(15), samples_seen=50) == pytest.approx(3.0)
+    assert lrs.lr_factor(recipe, ramp.at(25), samples_seen=150) == pytest.approx(2.0)
     with pytest.raises(ValueError, match=r"lr_schedule\(3\)=-1.0"):
-        steps.step_lr(_recipe(Indexed(4), lr_schedule=lambda s: -1.0), 0.1, 3)
+        lrs.lr_factor(_recipe(Indexed(4), lr_schedule=lambda s: -1.0), 0.1, 3)
 
 
 def test_clipping_bounds_the_update_and_fp16_scaler_skips_an_overflowing_step():
@@ -212,11 +214,11 @@ def test_tiny_lm_loss_falls_within_seconds_on_cpu():
     losses = []
     for s in range(30):
         batch = recipe.collate([recipe.dataset[(s * 16 + i) % len(recipe.dataset)] for i in range(16)])
-        steps.set_lr(opt, steps.step_lr(recipe, recipe.base_lr, s * 16))
         opt.zero_grad()
         loss, _ = recipe.loss(model, batch)
         loss.backward()
-        steps.optimizer_step(opt, model, None, recipe.clip_grad_norm)
+        with lrs.scaled_lrs(opt, lrs.lr_factor(recipe, recipe.base_lr, s * 16)):
+            steps.optimizer_step(opt, model, None, recipe.clip_grad_norm)
         losses.append(float(loss.detach()))
     # Uniform over 256 bytes is ln 256 = 5.55; stdlib source is far more predictable.
     assert losses[0] > 5.0 and np.mean(losses[-5:]) < 3.6

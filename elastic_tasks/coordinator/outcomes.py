@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from elastic_tasks.protocol import PlanKind, RankResult, StepRecord
+from elastic_tasks.protocol import EvalResult, PlanKind, RankResult, StepRecord
 from elastic_tasks.coordinator.recovery import RecoveryRecord
 
 
@@ -30,6 +30,10 @@ class RescaleOutcome:
 
 @dataclass(frozen=True, slots=True)
 class JobResult:
+    """A job's outcome. ``history`` is the public per-step record (``StepRecord``: loss, the
+    LR of each parameter group, GPUs, global batch, wall time), one per step in step order;
+    ``evals`` the periodic evaluations in step order, the final one in ``eval_*``."""
+
     job_id: str
     finished: bool
     steps: int
@@ -41,7 +45,8 @@ class JobResult:
     ranks: tuple[RankResult, ...]
     eval_loss: float | None
     eval_accuracy: float | None
-    eval_metrics: tuple[tuple[str, float], ...] = ()  # the recipe's own eval metrics (name, mean)
+    eval_metrics: tuple[tuple[str, float], ...] = ()  # the recipe's own eval metrics (name, value)
+    evals: tuple[EvalResult, ...] = ()  # periodic evaluations (recipe.eval_every / eval_every_s)
 
     @property
     def final_loss(self) -> float | None:
@@ -79,4 +84,11 @@ def gather(
         eval_loss=final.eval.loss if final and final.eval else None,
         eval_accuracy=final.eval.accuracy if final and final.eval else None,
         eval_metrics=final.eval.metrics if final and final.eval else (),
+        evals=_evals(results),
     )
+
+
+def _evals(results: Iterable[RankResult]) -> tuple[EvalResult, ...]:
+    """Each periodic evaluation once (rank 0's, or every rank's when sharded), by step."""
+    by_step = {e.step: e for r in results for e in r.evals}
+    return tuple(by_step[k] for k in sorted(by_step, key=lambda s: -1 if s is None else s))

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from elastic_tasks.profiling.settings import ProfilerError
-from elastic_tasks.recipe import TrainingRecipe, to_device
+from elastic_tasks.recipe import TrainingRecipe, build_optimizer, to_device
 from elastic_tasks.rank.step import autocast
 
 
@@ -37,7 +37,7 @@ class Stepper:
         self.include_data = include_data
         self._cursor = 0  # where the next fresh batch starts, so no two steps reuse one
         self.model = recipe.build_model().to(device).train()
-        self.optimizer = recipe.make_optimizer(self.model.parameters(), recipe.base_lr)
+        self.optimizer = build_optimizer(recipe, self.model)
         self._batches: dict[int, Any] = {}
 
     def batch(self, b: int) -> Any:

@@ -1,8 +1,8 @@
 """The end-of-step agreement of one generation: one allreduce per step, read one step later.
 
 One SUM allreduce carries everything: [loss, correct, count, throughput per rank, newest
-plan version seen per rank]; each rank fills only its own slots, so the sum is every rank's
-value side by side (versions are small integers: exact in float64). It is issued
+plan version seen per rank, rank 0's evaluation clock]; each rank fills only its own slots,
+so the sum is every rank's value side by side (versions are small integers: exact in float64). It is issued
 asynchronously and read one step later, so it overlaps the next step's compute instead of
 adding a second synchronisation point per step; every rank reads step t's agreement at the
 same boundary, so decisions taken on it stay identical across ranks.
@@ -36,6 +36,8 @@ class StepOutcome:
     lr: float
     t0: float  # perf_counter() at the step's start
     cpu0: float  # process_time() at the step's start
+    group_lrs: tuple[float, ...] = ()  # the LR each parameter group stepped with
+    eval_clock: float = 0.0  # rank 0: seconds since the job last evaluated (eval_schedule); others 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -45,6 +47,7 @@ class Agreed:
     record: StepRecord
     throughput: tuple[float, ...]  # samples per second of local work, per rank in plan order
     newest_version: int  # the newest plan version any rank had seen
+    eval_clock: float = 0.0  # rank 0's seconds since the last evaluation, when the step was issued
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -71,10 +74,11 @@ class Agreement:
         """
         t_agree = time.perf_counter()
         w = self.world
-        stats = torch.zeros(3 + 2 * w, dtype=torch.float64)
+        stats = torch.zeros(4 + 2 * w, dtype=torch.float64)
         stats[0], stats[1], stats[2] = outcome.loss_sum, outcome.correct, outcome.count
         stats[3 + self.rank] = outcome.throughput
         stats[3 + w + self.rank] = seen_version
+        stats[3 + 2 * w] = outcome.eval_clock
         with collective(f"agreement of step {outcome.step}"):
             work = dist.all_reduce(stats, async_op=True)
         previous, self._inflight = self._inflight, _InFlight(work, stats, outcome)
@@ -121,6 +125,7 @@ class Agreement:
             0.0,
             noise_scale=noise_scale,
             loss_samples=step.count,
+            group_lrs=step.group_lrs,
         )
         throughput = tuple(step.throughput if r == self.rank else 0.0 for r in range(self.world))
         return Agreed(record, throughput, 0)
@@ -147,6 +152,7 @@ class Agreement:
             now - t_agree,
             cpu,
             noise_scale=noise_scale,
+            group_lrs=step.group_lrs,
         )
         throughput = tuple(float(stats[3 + r]) for r in range(w))
-        return Agreed(record, throughput, int(stats[3 + w : 3 + 2 * w].max()))
+        return Agreed(record, throughput, int(stats[3 + w : 3 + 2 * w].max()), float(stats[3 + 2 * w]))

@@ -18,7 +18,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader, Sampler
 
-from elastic_tasks.recipe import TrainingRecipe
+from elastic_tasks.recipe import TrainingRecipe, collate_function
 from elastic_tasks.rank.scaling import micro_batches
 from elastic_tasks.rank.sharding import EpochSampler, rank_slice
 
@@ -69,7 +69,7 @@ class RankLoader:
         self.loader: DataLoader[Any] = DataLoader(
             recipe.dataset,
             batch_sampler=self._stream,
-            collate_fn=recipe.collate,
+            collate_fn=collate_function(recipe),  # not the recipe's bound method: workers pickle what the loader holds
             num_workers=opts.num_workers,
             pin_memory=opts.pin_memory,
             **extra,

@@ -23,6 +23,7 @@ class RankRecords:
     stragglers: list[tuple[int, str]] = dataclasses.field(default_factory=list)  # (step, uid) when first flagged
     recoveries: list[tuple[int, int]] = dataclasses.field(default_factory=list)  # (failed generation, step held)
     step_times: list[float] = dataclasses.field(default_factory=list)  # wall time per step, current generation only
+    evals: list[EvalResult] = dataclasses.field(default_factory=list)  # periodic evaluations, in step order
 
     def result(self, uid: str, exit_: RankExit, meta: TrainMeta, evaluation: EvalResult | None = None) -> RankResult:
         return RankResult(
@@ -37,4 +38,5 @@ class RankRecords:
             recoveries=tuple(self.recoveries),
             eval=evaluation,
             step_time_s=statistics.median(self.step_times) if self.step_times else 0.0,
+            evals=tuple(self.evals),
         )

@@ -2,7 +2,7 @@
 
 ``ElasticState`` is what a rank must hold to take the next step identically to every other
 rank: model tensors (parameters and buffers), optimizer state, the step counter, the
-position in the sample stream, the LR ramp and the RNG state.
+position in the sample stream, the LR ramp, the RNG state and the recipe's LR scheduler.
 
 Broadcast (seed 002's IO-free replication) goes in two phases so that every rank agrees on
 the exact list and shapes of the tensors before any tensor moves: the source sends the
@@ -31,6 +31,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import fsspec
 import torch
@@ -76,6 +77,7 @@ class ElasticState:
     optimizer: torch.optim.Optimizer
     meta: TrainMeta
     scaler: torch.amp.GradScaler | None = None  # fp16: its scale and growth tracker travel too
+    scheduler: Any = None  # the recipe's torch.optim.lr_scheduler: its position and state travel too
 
     def capture_rng(self) -> None:
         cuda = torch.cuda.get_rng_state().numpy().tobytes() if _cuda_ready() else b""
@@ -93,6 +95,13 @@ class ElasticState:
         if self.scaler is not None and state:
             self.scaler.load_state_dict(state)
 
+    def _scheduler_state(self) -> dict[str, object] | None:
+        return None if self.scheduler is None else self.scheduler.state_dict()
+
+    def _load_scheduler(self, state: dict[str, object] | None) -> None:
+        if self.scheduler is not None and state is not None:
+            self.scheduler.load_state_dict(state)
+
     # -- broadcast -----------------------------------------------------------------------
 
     def broadcast(self, src: int, group: dist.ProcessGroup | None = None) -> None:
@@ -100,9 +109,9 @@ class ElasticState:
         is_src = dist.get_rank(group) == src
         if is_src:
             self.capture_rng()
-        structure = [(self.meta, _describe(self.optimizer.state_dict()), self._scaler_state()) if is_src else None]
+        structure = [(self.meta, _describe(self.optimizer.state_dict()), self._scaler_state(), self._scheduler_state()) if is_src else None]
         dist.broadcast_object_list(structure, src=src, group=group)
-        meta, opt_structure, scaler_state = structure[0]
+        meta, opt_structure, scaler_state, scheduler_state = structure[0]
         if not is_src:
             # load_state_dict puts each materialised tensor where the optimizer keeps it
             # (exp_avg next to its parameter, Adam's step on the CPU), as on the source.
@@ -110,6 +119,7 @@ class ElasticState:
             self.meta = meta
             self.restore_rng()
             self._load_scaler(scaler_state)
+            self._load_scheduler(scheduler_state)
         for group_tensors in buckets(self._tensors()):
             device, dtype = group_tensors[0].device, group_tensors[0].dtype
             flat = torch.cat([t.detach().reshape(-1) for t in group_tensors]) if is_src else torch.empty(
@@ -151,6 +161,8 @@ class ElasticState:
         }
         if (scaler_state := self._scaler_state()) is not None:
             payload["scaler"] = scaler_state
+        if (scheduler_state := self._scheduler_state()) is not None:
+            payload["scheduler"] = scheduler_state
         fs, root = _filesystem(directory)
         if not _is_local(fs):
             buffer = io.BytesIO()
@@ -183,6 +195,7 @@ class ElasticState:
         self.meta = _meta_from_dict(payload["meta"])
         self.restore_rng()
         self._load_scaler(payload.get("scaler"))
+        self._load_scheduler(payload.get("scheduler"))
 
 
 def buckets(tensors: Iterable[torch.Tensor]) -> list[list[torch.Tensor]]:

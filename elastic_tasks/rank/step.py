@@ -1,8 +1,6 @@
 """What one optimizer step does besides forward/backward: LR, mixed precision, clipping.
 
-* LR: the user's schedule gives a factor by progress (samples seen); hybrid scaling gives the
-  batch-scaled LR (``scaling.LRRamp``); the step uses their product, so neither overwrites
-  the other.
+* LR: ``rank/lr.py`` (each group's own LR times the system's factor, during the step only).
 * bf16: autocast only. fp16: autocast and a ``GradScaler`` whose state is part of the
   elastic state (it travels on a rescale and in checkpoints).
 * Clipping: on the allreduced (and, under fp16, unscaled) gradients, so every rank clips
@@ -17,21 +15,7 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
-from elastic_tasks.recipe import TrainingRecipe
-
 _AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def step_lr(recipe: TrainingRecipe, batch_scaled_lr: float, samples_seen: int) -> float:
-    factor = 1.0 if recipe.lr_schedule is None else float(recipe.lr_schedule(samples_seen))
-    if not factor >= 0:
-        raise ValueError(f"TrainingRecipe[{recipe.name}].lr_schedule({samples_seen})={factor!r}: must be a number >= 0")
-    return batch_scaled_lr * factor
-
-
-def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
-    for group in optimizer.param_groups:
-        group["lr"] = lr
 
 
 def make_scaler(precision: str, device: torch.device) -> torch.amp.GradScaler | None:

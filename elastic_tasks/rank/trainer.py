@@ -46,11 +46,13 @@ from elastic_tasks.protocol import (
     SwitchRecord,
 )
 from elastic_tasks.devices import default_backend, process_group_backend, rank_device
-from elastic_tasks.rank.evaluate import evaluate
+from elastic_tasks.rank import lr as lrs
+from elastic_tasks.rank.evaluate import RankEvaluation
+from elastic_tasks.rank.forward import RecipeStep
 from elastic_tasks.rank.loader import RankLoader
 from elastic_tasks.rank.noise_scale import GradientNoiseProbe
 from elastic_tasks.rank.records import RankRecords
-from elastic_tasks.recipe import TrainingRecipe, load_entry_point, to_device
+from elastic_tasks.recipe import TrainingRecipe, build_optimizer, load_entry_point, to_device
 from elastic_tasks.rank.scaling import accumulation_steps, initial_lr, micro_batches, rescale_lr
 from elastic_tasks.rank.sharding import EpochSampler, rank_slice
 from elastic_tasks.rank.state import ElasticState, TrainMeta, has_checkpoint, read_meta
@@ -58,6 +60,7 @@ from elastic_tasks.rank.straggler import StragglerDetector
 from elastic_tasks.coordinator.timeouts import RECOVERY_POLL_S, plan_wait_s
 
 log = logging.getLogger(__name__)
+RECENT_EVALS = 8  # periodic evaluations carried in rank 0's status (JobStatus.recent_evals)
 
 def run_rank(spec: RankSpec) -> RankResult:
     """Dask task: train as rank ``spec.uid`` on board ``spec.board_id`` until the job ends or the rank leaves."""
@@ -90,9 +93,12 @@ class _Rank:
         torch.manual_seed(self.config.seed)
         model = self.recipe.build_model().to(self.device)
         lr = initial_lr(self.recipe.base_lr, self.recipe.base_batch, self.config.global_batch)
-        optimizer = self.recipe.make_optimizer(model.parameters(), lr.at(0))
+        # Groups keep the user's own LRs; the batch factor is applied at each step (rank/lr.py).
+        optimizer = build_optimizer(self.recipe, model)
+        scheduler = self.recipe.make_scheduler(optimizer) if self.recipe.make_scheduler is not None else None
         meta = TrainMeta(step=0, samples_seen=0, global_batch=self.config.global_batch, lr=lr, rng_state=b"")
-        self.state = ElasticState(model, optimizer, meta, steps.make_scaler(self.recipe.precision, self.device))
+        self.state = ElasticState(model, optimizer, meta, steps.make_scaler(self.recipe.precision, self.device), scheduler)
+        self.evaluation = RankEvaluation(self.recipe, self.config.max_batch_per_gpu, self.device)
         self.batches: Iterator[object] | None = None  # this generation's share, from the stream position it began at
         self.state.capture_rng()
         self.sampler = EpochSampler(len(self.recipe.dataset), self.config.seed)  # type: ignore[arg-type]
@@ -165,7 +171,8 @@ class _Rank:
         self._apply_batch(plan)
         self._open_loader()
         with collective(f"DDP set-up of generation {plan.version}"):  # it checks parameter shapes across ranks
-            self.ddp = DistributedDataParallel(self.state.model, init_sync=False, forward_sync_buffers=False)
+            # The whole recipe step runs inside DDP's forward; step_fn gets the raw model (rank/forward.py).
+            self.ddp = DistributedDataParallel(RecipeStep(self.state.model, self.recipe), init_sync=False, forward_sync_buffers=False)
         self.noise.attach(self.ddp, wrap=self.witness.wrap)
         pause = time.time() - t_stop
         meta = self.state.meta
@@ -220,17 +227,22 @@ class _Rank:
         return self._result(RankExit.STOPPED if plan.kind in (PlanKind.STOP, PlanKind.CHECKPOINT_STOP) else RankExit.LEFT)
 
     def _finish(self) -> RankResult:
+        evaluating = self.config.evaluate and self.recipe.eval_dataset is not None
+        # Sharded: every rank takes part, so while the group lives; else rank 0 alone, after it.
+        evaluation = self._evaluate() if evaluating and self.recipe.eval_sharded else None
         self._drop_group()
-        evaluation = None
         if self.rank == 0:
             self.state.meta = dataclasses.replace(self.state.meta, finished=True)
             if self.config.checkpoint_dir is not None:
                 self.state.save(self.config.checkpoint_dir)
-            if self.config.evaluate and self.recipe.eval_dataset is not None:
-                evaluation = evaluate(self.recipe, self.state.model, self.device)
+            if evaluating and not self.recipe.eval_sharded:
+                evaluation = self._evaluate()
             self.courier.flush()
             self.board.post(RankEvent(EventKind.FINISHED, self.spec.uid, self.plan.version if self.plan else 0, self.state.meta.step))
-        return self._result(RankExit.FINISHED, evaluation)
+        return self._result(RankExit.FINISHED, evaluation if self.rank == 0 else None)
+
+    def _evaluate(self) -> EvalResult:
+        return self.evaluation.run(self.state, self.rank, self.world)
 
     def _recover(self, exc: BaseException) -> Plan | None:
         """Report the failure and wait for the coordinator's recovery plan (or none: leave)."""
@@ -304,8 +316,7 @@ class _Rank:
         if self.config.record_indices:
             self.records.indices.append((meta.step, tuple(int(i) for i in local)))
         chunks = micro_batches(len(local), accumulation_steps(batch, self.world, self.config.max_batch_per_gpu))
-        lr = steps.step_lr(self.recipe, meta.lr.at(meta.step), meta.samples_seen)
-        steps.set_lr(self.state.optimizer, lr)
+        lr_factor = lrs.lr_factor(self.recipe, meta.lr.at(meta.step), meta.samples_seen)
         self.state.optimizer.zero_grad(set_to_none=True)
         ddp, batches, recipe, scaler = self.ddp, self.batches, self.recipe, self.state.scaler
         assert ddp is not None and batches is not None
@@ -321,7 +332,7 @@ class _Rank:
             last = i == len(chunks) - 1
             with contextlib.nullcontext() if last else ddp.no_sync(), self.witness.step_collectives(f"step {meta.step}"):
                 with steps.autocast(recipe.precision, self.device):
-                    loss, hits = recipe.loss(ddp, micro)
+                    loss, hits = ddp(micro)
                 n = b - a
                 if last:
                     # Local work ends where the gradient allreduce (waiting for peers) begins.
@@ -331,19 +342,23 @@ class _Rank:
             loss_sum += float(loss.detach()) * n
             correct += float(hits) if hits is not None else 0.0
         self.noise.finish_step(ddp.module, batch, self.world)
-        steps.optimizer_step(self.state.optimizer, self.state.model, scaler, recipe.clip_grad_norm)
+        with lrs.scaled_lrs(self.state.optimizer, lr_factor) as applied:
+            steps.optimizer_step(self.state.optimizer, self.state.model, scaler, recipe.clip_grad_norm)
+        lrs.after_step(self.state.scheduler)
         self.state.meta = dataclasses.replace(meta, step=meta.step + 1, samples_seen=meta.samples_seen + batch)
         throughput = len(local) / max(local_time, 1e-9)
-        return StepOutcome(meta.step, loss_sum, correct, len(local), throughput, batch, lr, t0, cpu0)
+        clock = self.evaluation.schedule.clock() if self.rank == 0 else 0.0
+        return StepOutcome(meta.step, loss_sum, correct, len(local), throughput, batch, applied[0], t0, cpu0, applied, clock)
 
     def _agree(self, outcome: StepOutcome) -> Plan | None:
         """Issue this step's agreement and act on the previous step's (``elastic_tasks.rank.agreement``)."""
         assert self.agreement is not None
         agreed = self.agreement.issue(outcome, self.courier.seen_version, self.noise.value)
-        if agreed is None:
-            return None
-        self._record(agreed)
-        return self._next_plan(agreed.newest_version)
+        if agreed is not None:
+            self._record(agreed)
+        if (result := self.evaluation.if_due(self.state, self.rank, self.world, agreed, self._done())) is not None:
+            self.records.evals.append(result)
+        return None if agreed is None else self._next_plan(agreed.newest_version)
 
     def _settle(self) -> None:
         """Wait for the agreement in flight and record it (before a switch, a stop or the end);
@@ -381,7 +396,8 @@ class _Rank:
         if self.rank == 0:
             meta = self.state.meta
             self.courier.status = JobStatus(
-                plan.version, meta.step, meta.samples_seen, self.world, meta.global_batch, record.loss, time.time(), record.noise_scale
+                plan.version, meta.step, meta.samples_seen, self.world, meta.global_batch, record.loss, time.time(), record.noise_scale,
+                lr=record.lr, recent_evals=tuple(self.records.evals[-RECENT_EVALS:]),
             )
 
     def _result(self, exit_: RankExit, evaluation: EvalResult | None = None) -> RankResult:

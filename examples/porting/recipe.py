@@ -1,32 +1,24 @@
-"""The loop of plain_loop.py as a recipe: ``malleable train recipe:recipe`` from this directory."""
+"""plain_loop.py as a recipe: ``malleable train recipe:recipe --gpus 2 --rescale-at 10:3 --steps 30`` from this directory."""
 
-import math
-from functools import partial
-
-import torch
-import torch.nn.functional as F
-
-from elastic_tasks.recipe import LoaderOptions, TrainingRecipe
-from plain_loop import Rows, build_model  # the dataset and model stay as they were
-
-STEPS, BATCH = 200, 64
+from elastic_tasks.recipe import TrainingRecipe
+from plain_loop import BATCH, EVAL_EVERY, LR, Classifier, Rows, eval_set, evaluate, make_optimizer, make_scheduler
 
 
-def step_fn(model, batch):
-    return F.cross_entropy(model(batch["features"]), batch["label"])
-
-
-def adamw(params, lr):
-    return torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
-
-
-def cosine(samples_seen, total):
-    return 0.5 * (1 + math.cos(math.pi * min(1.0, samples_seen / total)))
+def step_fn(model, batch):  # model: the module build_model returned, never the DDP wrapper
+    return model.compute_loss(batch)
 
 
 def recipe():
     return TrainingRecipe(
-        name="rows", build_model=build_model, dataset=Rows(), loss_fn=None, make_optimizer=adamw,
-        base_lr=1e-3, base_batch=BATCH, step_fn=step_fn, precision="bf16", clip_grad_norm=1.0,
-        lr_schedule=partial(cosine, total=STEPS * BATCH), loader=LoaderOptions(num_workers=2),
+        name="rows",
+        build_model=Classifier,
+        dataset=Rows(),
+        step_fn=step_fn,
+        make_optimizer=make_optimizer,  # takes named_parameters: groups built by name
+        make_scheduler=make_scheduler,  # OneCycleLR, stepped once per step
+        base_lr=LR,
+        base_batch=BATCH,
+        eval_dataset=eval_set(),
+        eval_fn=evaluate,  # evaluate(model, loader) -> {"macro_f1", "loss"}
+        eval_every=EVAL_EVERY,
     )

@@ -9,12 +9,20 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from typing import TYPE_CHECKING
+
 from elastic_tasks.coordinator.outcomes import JobFailed, JobResult
+from elastic_tasks.preflight import check_entry_point
 from elastic_tasks.protocol import TrainConfig
-from elastic_tasks.preflight import check_recipe
-from elastic_tasks.recipe import EntryPointError, load_entry_point
+from elastic_tasks.recipe import EntryPointError, TrainingRecipe, load_entry_point
 from flows.commands.console import EXIT_FAILED, console, err_console, fail, warn
-from flows.config.paths import check_output_dir
+from flows.commands.live import eval_line
+from flows.config.paths import check_output_dir, check_output_file
+from flows.config.settings import Settings, load_settings
+from flows.recording.step_curve import sparkline, write_history_csv
+
+if TYPE_CHECKING:
+    from flows.recording.train_run import TrainRun
 
 
 def parse_rescales(items: list[str], steps: int) -> list[tuple[int, int]]:
@@ -84,11 +92,22 @@ def train(
     workers: Annotated[int | None, typer.Option("--workers", help="Dask workers (default: the most GPUs ever asked for)")] = None,
     seed: Annotated[int, typer.Option("--seed")] = 0,
     timeout_s: Annotated[float, typer.Option("--timeout", help="seconds for any rendezvous or collective")] = 60.0,
+    preflight: Annotated[
+        bool | None,
+        typer.Option("--preflight/--no-preflight", help="one step of the recipe here, on the ranks' device, before any worker starts (default: MALLEABLE_PREFLIGHT, true)"),
+    ] = None,
+    history: Annotated[Path | None, typer.Option("--history", help="write the per-step history (loss, LR per group, GPUs, batch, samples/s) to this CSV")] = None,
+    track: Annotated[bool, typer.Option("--track/--no-track", help="log the run to MLflow (MALLEABLE_TRACKING_URI): per-step curve, evaluations live, a PNG")] = True,
 ) -> None:
-    """Train one job elastically on a local Dask cluster and print a summary."""
+    """Train one job elastically on a local Dask cluster and print a summary.
+
+    A live line per step (step, loss, LR, samples/s, GPUs, batch) and each periodic evaluation
+    while it trains; then the generations, the loss/LR curve as sparklines, and the run in MLflow.
+    """
     try:
+        settings = load_settings() if preflight is None or track else None
         recipe = load_entry_point(entrypoint)
-        check_recipe(recipe)  # one forward/backward step here, before any worker starts
+        skip_reason = _preflight(entrypoint, recipe, preflight if preflight is not None else settings.preflight)  # type: ignore[union-attr]
         schedule = parse_rescales(rescale_at or [], steps)
         global_batch = recipe.base_batch if batch is None else batch
         most = max([gpus, *(g for _, g in schedule)])
@@ -105,6 +124,8 @@ def train(
             raise ValueError(f"--batch={global_batch!r}: must be >= the largest GPU count {most} so every rank gets a sample")
         if restart and checkpoint_dir is None:
             raise ValueError("--restart: needs --checkpoint-dir")
+        if history is not None:
+            check_output_file(history, "--history")
         config = TrainConfig(
             global_batch=global_batch,
             max_steps=steps,
@@ -114,17 +135,43 @@ def train(
             checkpoint_every=checkpoint_every,
             timeout_s=timeout_s,
         )
-    except (EntryPointError, ValueError) as exc:
+    except (EntryPointError, ValueError) as exc:  # SettingsError is a ValueError
         fail(_as_flags(str(exc)))
+    if skip_reason:
+        warn(f"pre-flight check skipped ({skip_reason}): a recipe error shows first on the ranks")
     if checkpoint_dir is not None and _already_finished(checkpoint_dir, recipe.name):
         return
+    tracking = _open_tracking(settings, recipe.name, entrypoint, config, gpus) if track else None
     try:
-        result = _run(entrypoint, config, gpus, schedule, n_workers, restart, recipe.name)
+        result = _run(entrypoint, config, gpus, schedule, n_workers, restart, recipe.name, tracking)
     except (JobFailed, TimeoutError) as exc:
+        if tracking is not None:
+            tracking.fail()
         fail(str(exc), EXIT_FAILED)
     for step, target in missed_rescales(schedule, result):
         warn(f"--rescale-at={step}:{target} did not happen (the job ended first, or it already had {target} GPUs)")
+    if tracking is not None:
+        tracking.finish(result)
+    if history is not None:
+        write_history_csv(result.history, history)
     _summary(result, recipe.name)
+
+
+def _preflight(entrypoint: str, recipe: TrainingRecipe, wanted: bool) -> str | None:
+    """Run the recipe's one-step check unless told not to; the reason it was skipped, if it was."""
+    if wanted:
+        check_entry_point(entrypoint, recipe)  # on the device the ranks will use, before any worker starts
+        return None
+    return "--no-preflight or MALLEABLE_PREFLIGHT=false"
+
+
+def _open_tracking(settings: Settings | None, name: str, entrypoint: str, config: TrainConfig, gpus: int) -> TrainRun:
+    from flows.recording.tracking import tracker_from_settings
+    from flows.recording.train_run import TrainRun
+
+    assert settings is not None
+    params = {"entrypoint": entrypoint, "gpus": gpus, "steps": config.max_steps, "global_batch": config.global_batch, "seed": config.seed}
+    return TrainRun(tracker_from_settings(settings), name, params)
 
 
 def missed_rescales(schedule: list[tuple[int, int]], result: JobResult) -> list[tuple[int, int]]:
@@ -133,7 +180,9 @@ def missed_rescales(schedule: list[tuple[int, int]], result: JobResult) -> list[
     return [(step, gpus) for step, gpus in schedule if not any(d_step >= step and d_after == gpus for d_step, d_after in done)]
 
 
-def _run(entrypoint: str, config: TrainConfig, gpus: int, schedule: list[tuple[int, int]], n_workers: int, restart: bool, name: str) -> JobResult:
+def _run(
+    entrypoint: str, config: TrainConfig, gpus: int, schedule: list[tuple[int, int]], n_workers: int, restart: bool, name: str, tracking: TrainRun | None = None
+) -> JobResult:
     # Imported here: building a cluster pulls in distributed's machinery, not needed for --help.
     from distributed import Client
 
@@ -148,7 +197,7 @@ def _run(entrypoint: str, config: TrainConfig, gpus: int, schedule: list[tuple[i
     with cluster, Client(cluster) as client:
         warm_up(client, entrypoint)
         job = JobCoordinator(client, WorkerPool(client), name, entrypoint, config)
-        with StepProgress(err_console, config.max_steps, job.status):
+        with StepProgress(err_console, config.max_steps, job.status, on_eval=tracking.live_eval if tracking is not None else None):
             job.start(gpus)
             try:
                 for step, target in schedule:
@@ -175,11 +224,26 @@ def _summary(result: JobResult, name: str) -> None:
     console.print(table)
     first = result.history[0].loss if result.history else float("nan")
     console.print(f"steps {result.steps}, samples {result.samples_seen:,}, loss {first:.4f} -> {result.final_loss or float('nan'):.4f}")
-    if result.eval_loss is not None:
-        accuracy = "" if result.eval_accuracy is None else f", eval accuracy {result.eval_accuracy:.1%}"
-        extra = "".join(f", {name} {value:.4g}" for name, value in result.eval_metrics)
-        console.print(f"eval loss {result.eval_loss:.4f}{accuracy}{extra}")
+    _curve(result)
+    for ev in result.evals:
+        console.print(eval_line(ev), markup=False)
+    if result.eval_loss is not None or result.eval_metrics:
+        parts = [] if result.eval_loss is None else [f"eval loss {result.eval_loss:.4f}"]
+        if result.eval_accuracy is not None:
+            parts.append(f"eval accuracy {result.eval_accuracy:.1%}")
+        parts += [f"{name} {value:.4g}" for name, value in result.eval_metrics if name != "loss"]
+        console.print(f"final evaluation: {', '.join(parts)}", markup=False)
     for step, uid in result.stragglers:
         console.print(f"straggler flagged: {uid} at step {step}")
     if not result.finished:
         raise typer.Exit(EXIT_FAILED)
+
+
+def _curve(result: JobResult) -> None:
+    """The loss and LR curves as terminal sparklines (the PNG goes to MLflow)."""
+    if len(result.history) < 2:
+        return
+    losses = [r.loss for r in result.history]
+    lrs = [r.lr for r in result.history]
+    console.print(f"loss {sparkline(losses)}  {losses[0]:.4g} -> {losses[-1]:.4g}", markup=False)
+    console.print(f"lr   {sparkline(lrs)}  {lrs[0]:.3g} -> {lrs[-1]:.3g} (max {max(lrs):.3g})", markup=False)

@@ -57,6 +57,7 @@ class Settings(BaseSettings):
     checkpoint_every: int = Field(20, ge=1, description="Service jobs checkpoint every this many steps (what a restart resumes from).")
     gloo_socket_ifname: str | None = Field(None, description="Network interface gloo binds and connects on in multi-node jobs (GLOO_SOCKET_IFNAME on the workers), e.g. eth0.")
     nccl_socket_ifname: str | None = Field(None, description="Network interface nccl bootstraps on in multi-node jobs (NCCL_SOCKET_IFNAME on the workers), e.g. eth0 or ib0.")
+    preflight: bool = Field(True, description="`malleable train` runs one step of the recipe on the ranks' device before any worker starts (false: skip it, e.g. a model that builds only where the ranks run).")
 
     @field_validator("policy")
     @classmethod
