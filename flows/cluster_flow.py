@@ -26,7 +26,7 @@ from allocator.loop import LoopResult, LoopSettings, StepReport
 from allocator.policies import make_policy
 from allocator.specs import JobsFile
 from allocator.types import Allocation, JobSpec
-from deploy.clusters import KubeSpec, connect
+from deploy.clusters import connect
 from elastic_tasks.cluster import warm_up
 from elastic_tasks.coordinator.job import JobCoordinator
 from elastic_tasks.executor import JobSettings
@@ -35,6 +35,7 @@ from elastic_tasks.recipe import load_entry_point, resolve_workload
 from flows.commands.interrupts import on_interrupt
 from flows.recording.artifacts import ProgressArtifact, publish_results, summary_markdown
 from flows.config.jobfile import load_jobs_file
+from flows.config.kube import kube_spec
 from flows.recording.live_tracking import LiveRecorder
 from flows.recording.record import MeasuredJob, RecordedRun, parent_params, record_run
 from flows.recording.run_guard import status_for
@@ -243,7 +244,7 @@ def cluster_flow(
         progress.update(len(jobs))
         return ClusterOutcome(None, None, time.monotonic() - t0, {}, tuple(rows))
 
-    kube = KubeSpec(namespace=settings.kube_namespace, image=settings.kube_image, workers=settings.workers, env=settings.worker_env)
+    kube = kube_spec(settings, settings.workers)
     t0 = time.monotonic()
     run_dir = settings.state_dir.resolve() / "runs" / f"{Path(jobs_file).stem}-{int(time.time())}"
     with connect(settings.cluster.value, workers=settings.workers, address=settings.scheduler_address, kube=kube) as client:

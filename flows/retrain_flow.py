@@ -21,6 +21,7 @@ from prefect.cache_policies import NO_CACHE
 
 from allocator.types import JobSpec, Share
 from deploy.clusters import KubeSpec, connect
+from flows.config.kube import kube_spec
 from elastic_tasks.cluster import WorkerPool, gpu_workers, worker_info
 from elastic_tasks.coordinator.job import JobCoordinator
 from elastic_tasks.coordinator.outcomes import JobResult
@@ -123,7 +124,7 @@ def save_model_dir(entrypoint: str, checkpoint_dir: Path | str, out: Path) -> Pa
 
 
 def _kube(settings: Settings, workers: int) -> KubeSpec:
-    return KubeSpec(namespace=settings.kube_namespace, image=settings.kube_image, workers=workers, env=settings.worker_env)
+    return kube_spec(settings, workers)
 
 
 @flow(name="retrain", log_prints=True)

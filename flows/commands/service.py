@@ -33,7 +33,8 @@ def serve(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show Dask's own log lines.")] = False,
 ) -> None:
     """Run the scheduler service until stopped (Ctrl-C / SIGTERM: running jobs checkpoint, the next service resumes them)."""
-    from deploy.clusters import KubeSpec, connect
+    from deploy.clusters import connect
+    from flows.config.kube import kube_spec
     from service.lease import LeaseHeldError
     from service.runner import Service, ServiceConfig
     from service.store import StoreError
@@ -55,7 +56,7 @@ def serve(
     def say(line: str) -> None:
         console.print(f"[dim]{time.strftime('%H:%M:%S')}[/] {line}", highlight=False, soft_wrap=True)
 
-    kube = KubeSpec(namespace=settings.kube_namespace, image=settings.kube_image, workers=settings.workers)
+    kube = kube_spec(settings, settings.workers)
     service = None
     try:
         service = Service(config, say=say)
