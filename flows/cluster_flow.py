@@ -44,6 +44,7 @@ from flows.config.settings import load_settings
 from flows.recording.tracking import MetricPoint, tracker_from_settings
 from flows.service_tasks import live_service, submit_at_arrivals, wait_for_jobs
 from service.embedded import EmbeddedService
+from service.redaction import redact_url
 from service.records import JobRow
 from service.runner import ServiceConfig
 
@@ -239,7 +240,7 @@ def cluster_flow(
         # A team's service runs: its jobs share that cluster; it records them in MLflow.
         t0 = time.monotonic()
         ids = submit_at_arrivals(store_url, jobs, submitter=f"cluster-flow:{Path(jobs_file).name}")
-        print(f"submitted {len(ids)} job(s) to the service at {store_url}: " + ", ".join(f"{n}={i}" for n, i in ids.items()))
+        print(f"submitted {len(ids)} job(s) to the service at {redact_url(store_url)}: " + ", ".join(f"{n}={i}" for n, i in ids.items()))
         rows = wait_for_jobs(store_url, list(ids.values()))
         progress.update(len(jobs))
         return ClusterOutcome(None, None, time.monotonic() - t0, {}, tuple(rows))

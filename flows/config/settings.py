@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from allocator.admission import OverflowMode
 from allocator.policies import UnknownPolicyError, available_policies, make_policy
+from service.redaction import redact_url
 
 ENV_PREFIX = "MALLEABLE_"
 # scheme:rest with no spaces (sqlite:///…, http(s)://…, postgresql+psycopg://…, file:///…) or databricks
@@ -103,7 +104,7 @@ class Settings(BaseSettings):
         if self.kube_checkpoint_claim and (self.checkpoint_dir is None or not self.checkpoint_dir.startswith("/")):
             raise ValueError(
                 f"MALLEABLE_KUBE_CHECKPOINT_CLAIM={self.kube_checkpoint_claim!r} is mounted at MALLEABLE_CHECKPOINT_DIR, "
-                f"which must then be an absolute path (got {self.checkpoint_dir!r})"
+                f"which must then be an absolute path (got {redact_url(self.checkpoint_dir)!r})"
             )
         if self.kube_shm_per_gpu_gib >= self.kube_memory_per_gpu_gib:
             raise ValueError(
@@ -122,7 +123,7 @@ class Settings(BaseSettings):
     def resolved_checkpoint_dir(self) -> Path:
         """The checkpoint directory as a local path (a mounted volume counts); see ``checkpoint_location``."""
         if self.checkpoint_dir is not None and "://" in self.checkpoint_dir:
-            raise SettingsError(f"MALLEABLE_CHECKPOINT_DIR={self.checkpoint_dir!r}: this command needs a local or mounted path, not a URL")
+            raise SettingsError(f"MALLEABLE_CHECKPOINT_DIR={redact_url(self.checkpoint_dir)!r}: this command needs a local or mounted path, not a URL")
         return Path(self.checkpoint_dir) if self.checkpoint_dir is not None else self.state_dir / "checkpoints"
 
     def checkpoint_location(self, name: str) -> str:
@@ -166,7 +167,9 @@ def _one_line(exc: ValidationError, given: set[str]) -> str:
         return msg
     # A value passed in (a CLI flag) is named as the field; one from the environment as its variable.
     name = field if field in given else f"{ENV_PREFIX}{field.upper()}"
-    return f"{name}={err.get('input')!r}: {msg}"
+    given_value = err.get("input")
+    # A URL setting (a store, the tracking server, checkpoints) may carry a password.
+    return f"{name}={redact_url(given_value) if isinstance(given_value, str) else given_value!r}: {msg}"
 
 
 def load_settings(**overrides: object) -> Settings:

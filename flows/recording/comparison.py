@@ -25,6 +25,7 @@ from mlflow.exceptions import MlflowException  # noqa: E402
 from flows.config.settings import load_settings  # noqa: E402
 from flows.config.local_state import DamagedStateError, check_sqlite  # noqa: E402
 from flows.recording.tracking import PARENT_TAG, store_damaged, unavailable  # noqa: E402
+from service.redaction import redact_url  # noqa: E402
 
 _RUN_ID = re.compile(r"[A-Za-z0-9_-]+")
 
@@ -78,15 +79,15 @@ def _client() -> tuple[MlflowClient, str]:
             path = uri.removeprefix("sqlite:///")
             raise CompareError(f"MLflow store {path} is damaged ({type(exc).__name__}); move it aside (mv {path} {path}.damaged) and record runs again") from None
         if unavailable(exc):
-            raise CompareError(f"MLflow at {uri} is unreachable ({type(exc).__name__}); start it or set MALLEABLE_TRACKING_URI") from None
+            raise CompareError(f"MLflow at {redact_url(uri)} is unreachable ({type(exc).__name__}); start it or set MALLEABLE_TRACKING_URI") from None
         if isinstance(exc, MlflowException):  # e.g. a 403: the server's --allowed-hosts does not list us
             raise CompareError(
-                f"MALLEABLE_TRACKING_URI={uri!r}: MLflow did not answer ({str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__}); "
+                f"MALLEABLE_TRACKING_URI={redact_url(uri)!r}: MLflow did not answer ({str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__}); "
                 "if it says 403, start the server with --allowed-hosts listing this host name"
             ) from None
         raise
     if experiment is None:
-        raise CompareError(f"experiment={settings.experiment!r}: no such MLflow experiment at {uri} (record a run first)")
+        raise CompareError(f"experiment={settings.experiment!r}: no such MLflow experiment at {redact_url(uri)} (record a run first)")
     return client, experiment.experiment_id
 
 
