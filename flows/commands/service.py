@@ -171,15 +171,18 @@ def submit(
 
 
 def jobs(
-    watch: Annotated[bool, typer.Option("--watch", help="Refresh until Ctrl-C.")] = False,
+    watch: Annotated[bool, typer.Option("--watch", help="Refresh until Ctrl-C (not on a terminal: a table per interval).")] = False,
     fmt: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
     all_jobs: Annotated[bool, typer.Option("--all", help="Also finished, failed, cancelled and dropped jobs.")] = False,
+    interval: Annotated[float, typer.Option("--interval", help="Seconds between refreshes with --watch.")] = 1.0,
 ) -> None:
     """The service's jobs: state, GPUs, batch, progress, ETA."""
     from service.records import JobState
 
     if fmt not in ("table", "json"):
         fail(f"--format={fmt!r}: must be table or json")
+    if not (interval > 0 and interval != float("inf")):
+        fail(f"--interval={interval!r}: must be a number of seconds > 0")
     settings = settings_or_fail()
     store = _store(settings)
     states = None if all_jobs else [s for s in JobState if not s.terminal]
@@ -203,9 +206,16 @@ def jobs(
     from rich.live import Live
 
     try:
+        if not console.is_terminal:
+            # A pipe or a file: a live display would print nothing until it ends; a table per interval.
+            while True:
+                console.print(f"{time.strftime('%Y-%m-%d %H:%M:%S')}", highlight=False, markup=False)
+                console.print(jobs_table(rows()))
+                console.file.flush()
+                time.sleep(interval)
         with Live(jobs_table(rows()), console=console, refresh_per_second=2) as live:
             while True:
-                time.sleep(1.0)
+                time.sleep(interval)
                 live.update(jobs_table(rows()))
     except KeyboardInterrupt:
         pass
