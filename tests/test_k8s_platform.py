@@ -248,3 +248,25 @@ def test_a_checkpoint_claim_needs_an_absolute_checkpoint_path(monkeypatch):
     monkeypatch.setenv("MALLEABLE_CHECKPOINT_DIR", "s3://bucket/ckpt")
     with pytest.raises(SettingsError, match="MALLEABLE_CHECKPOINT_DIR"):
         load_settings()
+
+
+def test_the_service_pods_probe_follows_the_store_lease(tmp_path, monkeypatch, capsys):
+    """service.yaml's liveness probe (`python -m flows.lease_probe`): alive while a service on this
+    host holds and renews the job store's lease, not once it let go or stopped renewing."""
+    from flows.lease_probe import main
+    from service.lease import Lease
+    from service.store import JobStore
+
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    monkeypatch.setenv("MALLEABLE_JOB_STORE", url)
+    store = JobStore(url)
+    lease = Lease(store, ttl_s=30.0)
+    assert main() == 1 and "held by nobody" in capsys.readouterr().out
+    lease.acquire()
+    assert main() == 0
+    lease.release()
+    assert main() == 1
+    store.close()
+    probe = next(d for d in _all_docs() if d["kind"] == "Deployment" and d["metadata"]["name"] == "malleable-service")
+    container = probe["spec"]["template"]["spec"]["containers"][0]
+    assert container["livenessProbe"]["exec"]["command"] == ["python", "-m", "flows.lease_probe"]
