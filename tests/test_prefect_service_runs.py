@@ -54,6 +54,19 @@ asyncio.run(main())
 """
 
 
+FLOW_STATE = """
+import asyncio, sys
+from uuid import UUID
+from prefect.client.orchestration import get_client
+
+async def main():
+    async with get_client() as client:
+        print((await client.read_flow_run(UUID(sys.argv[1]))).state.type.value)
+
+asyncio.run(main())
+"""
+
+
 def _deployment_run(env: dict[str, str], jobs: Path) -> tuple[str, str]:
     """(final state, flow run id) of one `cluster-run` deployment run, watched to the end."""
     run = subprocess.run(
@@ -62,8 +75,9 @@ def _deployment_run(env: dict[str, str], jobs: Path) -> tuple[str, str]:
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=960,
     )  # fmt: skip
     flow_run = next(line.split("UUID:")[1].strip() for line in run.stdout.splitlines() if "UUID:" in line)
-    state = "COMPLETED" if "COMPLETED" in run.stdout.upper() else "FAILED" if "FAILED" in run.stdout.upper() else run.stdout
-    return state, flow_run
+    done = subprocess.run([sys.executable, "-c", FLOW_STATE, flow_run], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip().splitlines()[-1], flow_run
 
 
 def _artifacts(env: dict[str, str], flow_run: str) -> dict[str, str]:

@@ -58,7 +58,7 @@ def loop_result_from_store(
                 finish=r.finished_at - t0 if finished else None,
                 dropped=r.state is JobState.DROPPED,
                 samples_done=float(r.total_samples) if finished else r.samples_done,
-                failed=(r.error or "failed") if r.state is JobState.FAILED else None,
+                failed=(r.error or "failed").removeprefix(f"job {r.id}: ") if r.state is JobState.FAILED else None,
                 cancelled=r.state is JobState.CANCELLED,
             )
         )
