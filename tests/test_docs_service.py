@@ -73,7 +73,7 @@ def test_the_python_example_of_docs_service_md_runs_as_written(tmp_path):
     env.update(PYTHONPATH=str(ROOT), MALLEABLE_JOB_STORE=store, MALLEABLE_WORKERS="2", MALLEABLE_STATE_DIR=str(tmp_path / ".malleable"))
     service = ServiceProcess(tmp_path, env)
     try:
-        service.wait_for_line("serving", timeout=240)
+        service.wait_for_line("serving", timeout=600)  # a hang check on a loaded machine
         done = subprocess.run([sys.executable, "-c", python_example()], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=540)
     finally:
         service.kill_tree()
