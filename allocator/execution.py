@@ -84,6 +84,22 @@ def reported_profile(executor: Executor, job_id: str, now: float) -> ThroughputP
     return executor.profile(job_id, now) if isinstance(executor, ProfileReporter) else None
 
 
+@runtime_checkable
+class StartWaiter(Protocol):
+    """What an executor may add to ``Executor``: jobs the loop admitted whose start waits for the
+    resources the plan counted on (a real cluster frees a finishing job's workers a little after
+    the plan). The job keeps its planned share; the loop decides again while any wait, and the
+    executor tries each start again on every ``apply``. An executor without the method never waits."""
+
+    def waiting_starts(self, now: float) -> tuple[str, ...]:
+        """Jobs whose start is waiting now (empty: none)."""
+        ...
+
+
+def waiting_starts(executor: Executor, now: float) -> tuple[str, ...]:
+    return executor.waiting_starts(now) if isinstance(executor, StartWaiter) else ()
+
+
 def share_changes(previous: Allocation, new: Allocation) -> list[tuple[str, Share | None, Share | None]]:
     """(job, before, after) for every job whose share differs — what an executor must do."""
     changes = []

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from allocator.admission import OverflowMode, admit, reallocate
-from allocator.execution import Clock, Executor, reported_noise_scale, reported_profile
+from allocator.execution import Clock, Executor, reported_noise_scale, reported_profile, waiting_starts
 from allocator.goodput import NoiseModel
 from allocator.policies.base import Policy
 from allocator.sources import EPS, JobSource, StaticJobs
@@ -271,6 +271,8 @@ def run_loop(
                 dirty = True
         if update.stop:
             break
+        if waiting_starts(executor, now):
+            dirty = True  # a start waits for workers: decide (and so apply) again until it has them
         if dynamic:
             alive = capacity()  # type: ignore[operator]
             if alive != cap:

@@ -20,25 +20,44 @@ from deploy.local import GPU_RESOURCE, TRAINING_WORKER_ENV, local_cluster
 K8S_GPU = "nvidia.com/gpu"
 # The image's non-root user (deploy/Dockerfile).
 RUN_AS_USER = 10001
+# Where a GPU pod's shared checkpoint volume is mounted when MALLEABLE_CHECKPOINT_DIR is not a path.
+CHECKPOINT_MOUNT = "/checkpoints"
 
 
 @dataclass(frozen=True, slots=True)
 class KubeSpec:
-    """A DaskCluster custom resource whose default worker group is the GPU group."""
+    """A DaskCluster custom resource whose default worker group is the GPU group.
+
+    One worker *pod* per GPU node, holding ``gpus_per_worker`` GPUs (all of the node's) and one
+    Dask worker per GPU (``gpu_worker_args``): ranks on one node then share NVLink/PCIe and NCCL
+    sees one host, not one host per GPU. Pods are kept on separate nodes (required pod
+    anti-affinity) and sized per GPU: ``cpu_per_gpu`` cores, ``memory_per_gpu_gib`` GiB of memory
+    of which ``shm_per_gpu_gib`` back ``/dev/shm`` (DataLoader workers and NCCL's shared-memory
+    transport; the default 64 MiB of a container makes both fail).
+    """
 
     name: str = "malleable"
     namespace: str = "default"
-    image: str = "malleable:0.1.0"  # the scheduler's; GPU worker pods run ``gpu_image``, the CUDA build
-    workers: int = 4
+    image: str = "malleable:0.1.0"  # the scheduler's (CPU build); GPU pods run ``gpu_image``
+    workers: int = 1  # worker pods, one per GPU node
     gpus_per_worker: int = 1
-    cpu: str = "4"
-    memory: str = "16Gi"
+    cpu_per_gpu: float = 8.0
+    memory_per_gpu_gib: float = 64.0
+    shm_per_gpu_gib: float = 8.0
     env: Mapping[str, str] = field(default_factory=dict)
     # GPU pods need torch built for CUDA; the default image carries the CPU wheel. None:
     # ``<image>-cuda`` (deploy/Dockerfile's TORCH_INDEX build argument makes it).
     worker_image: str | None = None
     scheduler_cpu: str = "1"
     scheduler_memory: str = "2Gi"  # it unpickles every task, so it imports torch
+    # Shared checkpoint storage: a ReadWriteMany claim every worker pod mounts at ``checkpoint_path``
+    # (ranks on every node write and read the same checkpoints). None: checkpoints go to an
+    # object-store URL (MALLEABLE_CHECKPOINT_DIR=s3://…, through fsspec) or nowhere shared.
+    checkpoint_claim: str | None = None
+    checkpoint_path: str = CHECKPOINT_MOUNT
+    # Secrets whose keys become the worker pods' environment (object-store credentials, …): a
+    # password reaches a pod through the environment from a Secret, never through its command line.
+    env_secrets: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("-", "").isalnum() or self.name != self.name.lower():
@@ -49,16 +68,37 @@ class KubeSpec:
             raise ValueError(f"KubeSpec.gpus_per_worker={self.gpus_per_worker!r}: must be a positive integer")
         if not self.image:
             raise ValueError(f"KubeSpec.image={self.image!r}: must name a container image")
-
+        for name in ("cpu_per_gpu", "memory_per_gpu_gib", "shm_per_gpu_gib"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and 0 < value < float("inf")):
+                raise ValueError(f"KubeSpec.{name}={value!r}: must be a number > 0")
+        if self.shm_per_gpu_gib >= self.memory_per_gpu_gib:
+            raise ValueError(f"KubeSpec.shm_per_gpu_gib={self.shm_per_gpu_gib!r}: must be below memory_per_gpu_gib={self.memory_per_gpu_gib!r} (/dev/shm counts against the pod's memory)")
+        if not self.checkpoint_path.startswith("/"):
+            raise ValueError(f"KubeSpec.checkpoint_path={self.checkpoint_path!r}: must be an absolute path")
 
     @property
     def gpu_image(self) -> str:
+        """``worker_image``, else the CUDA build of ``image``: ``<repository>:<tag>-cuda`` (an image
+        already tagged ``…-cuda`` is taken as it is, never ``-cuda-cuda``)."""
         if self.worker_image:
             return self.worker_image
         repository, _, tag = self.image.rpartition(":")
         if repository and "/" not in tag:
-            return f"{repository}:{tag}-cuda"
+            return self.image if tag.endswith("-cuda") else f"{repository}:{tag}-cuda"
         return f"{self.image}:latest-cuda"
+
+    @property
+    def pod_cpu(self) -> str:
+        return f"{self.cpu_per_gpu * self.gpus_per_worker:g}"
+
+    @property
+    def pod_memory(self) -> str:
+        return f"{_mib(self.memory_per_gpu_gib * self.gpus_per_worker)}Mi"
+
+    @property
+    def pod_shm(self) -> str:
+        return f"{_mib(self.shm_per_gpu_gib * self.gpus_per_worker)}Mi"
 
     def unique(self) -> KubeSpec:
         """This spec under a name of its own: a run owns (and on close deletes) its DaskCluster,
@@ -67,6 +107,10 @@ class KubeSpec:
         import uuid
 
         return dataclasses.replace(self, name=f"{self.name}-{uuid.uuid4().hex[:8]}")
+
+
+def _mib(gib: float) -> int:
+    return int(round(gib * 1024))
 
 
 # The restricted Pod Security Standard: non-root, no privilege escalation, no capabilities,
@@ -79,9 +123,21 @@ def _non_root(container: dict) -> None:
         "runAsNonRoot": True,
         "runAsUser": RUN_AS_USER,
         "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
         "capabilities": {"drop": ["ALL"]},
         "seccompProfile": {"type": "RuntimeDefault"},
     }
+
+
+def _writable(pod: dict, container: dict, shm: str | None = None) -> None:
+    """A read-only root filesystem with the places Python, Dask and torch write to: /tmp (Dask's
+    scratch space, torch's compile caches) and the home directory; ``shm``: a memory-backed /dev/shm."""
+    volumes = [("tmp", "/tmp", {"emptyDir": {}}), ("home", "/home/malleable", {"emptyDir": {}})]
+    if shm is not None:
+        volumes.append(("dshm", "/dev/shm", {"emptyDir": {"medium": "Memory", "sizeLimit": shm}}))
+    for name, path, source in volumes:
+        pod.setdefault("volumes", []).append({"name": name, **source})
+        container.setdefault("volumeMounts", []).append({"name": name, "mountPath": path})
 
 
 def kube_cluster_spec(spec: KubeSpec) -> dict:
@@ -89,6 +145,8 @@ def kube_cluster_spec(spec: KubeSpec) -> dict:
     from dask_kubernetes.operator import make_cluster_spec
 
     env = {**TRAINING_WORKER_ENV, **spec.env}
+    if spec.checkpoint_claim is not None:
+        env.setdefault("MALLEABLE_CHECKPOINT_DIR", spec.checkpoint_path)
     cluster = copy.deepcopy(make_cluster_spec(name=spec.name, image=spec.image, n_workers=spec.workers, env=env or None))
     cluster["metadata"]["namespace"] = spec.namespace
     worker = cluster["spec"]["worker"]["spec"]["containers"][0]
@@ -96,13 +154,30 @@ def kube_cluster_spec(spec: KubeSpec) -> dict:
     # One Dask worker per GPU (gpu_worker_args); no memory limit in the nanny: the pod's limit
     # bounds it, and a nanny that restarts a worker over a threshold kills a rank mid-step.
     worker["args"] = gpu_worker_args(spec.gpus_per_worker)
-    worker["resources"] = {
-        "limits": {K8S_GPU: spec.gpus_per_worker, "cpu": spec.cpu, "memory": spec.memory},
-        "requests": {K8S_GPU: spec.gpus_per_worker, "cpu": spec.cpu, "memory": spec.memory},
-    }
+    sized = {K8S_GPU: spec.gpus_per_worker, "cpu": spec.pod_cpu, "memory": spec.pod_memory}
+    worker["resources"] = {"limits": dict(sized), "requests": dict(sized)}
+    worker["livenessProbe"] = {"httpGet": {"path": "/health", "port": "http-dashboard"}, "initialDelaySeconds": 60, "periodSeconds": 30, "failureThreshold": 4}
+    worker["readinessProbe"] = {"httpGet": {"path": "/health", "port": "http-dashboard"}, "periodSeconds": 10}
+    if spec.env_secrets:
+        worker["envFrom"] = [{"secretRef": {"name": s}} for s in spec.env_secrets]
     _non_root(worker)
     pod = cluster["spec"]["worker"]["spec"]
+    _writable(pod, worker, shm=spec.pod_shm)
+    if spec.checkpoint_claim is not None:
+        pod["volumes"].append({"name": "checkpoints", "persistentVolumeClaim": {"claimName": spec.checkpoint_claim}})
+        worker["volumeMounts"].append({"name": "checkpoints", "mountPath": spec.checkpoint_path})
     pod["tolerations"] = [{"key": K8S_GPU, "operator": "Exists", "effect": "NoSchedule"}]
+    # One worker pod per node: it holds all the GPUs the node gives it.
+    pod["affinity"] = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {"matchLabels": {"dask.org/cluster-name": spec.name, "dask.org/component": "worker"}},
+                    "topologyKey": "kubernetes.io/hostname",
+                }
+            ]
+        }
+    }
     pod["securityContext"] = dict(POD_SECURITY)
     scheduler_pod = cluster["spec"]["scheduler"]["spec"]
     scheduler = scheduler_pod["containers"][0]
@@ -113,6 +188,7 @@ def kube_cluster_spec(spec: KubeSpec) -> dict:
         "limits": {"memory": spec.scheduler_memory},
     }
     _non_root(scheduler)
+    _writable(scheduler_pod, scheduler)
     scheduler_pod["securityContext"] = dict(POD_SECURITY)
     return cluster
 

@@ -110,6 +110,9 @@ class WorkerPool:
             self.busy[addr] = job_id
         return chosen
 
-    def give_back(self, workers: Iterable[str]) -> None:
+    def give_back(self, workers: Iterable[str], owner: str | None = None) -> None:
+        """Free ``workers``; with ``owner``, only those still booked to that job (a worker it gave
+        up in a shrink may belong to another job by now)."""
         for addr in workers:
-            self.busy.pop(addr, None)
+            if owner is None or self.busy.get(addr) == owner:
+                self.busy.pop(addr, None)

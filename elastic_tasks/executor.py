@@ -13,6 +13,14 @@ Each running job's throughput model is refitted from the steps it runs (``refit_
 status reports, its offline profile the prior) and goes to the loop as a ``ProfileReporter``,
 so every policy decides on the job's measured step times; ``refit=None`` turns that off.
 
+Placement never fails a job. The policy plans on the GPUs alive; the workers a start takes
+are the ones free *now*, and a job that is finishing keeps its workers until it is collected
+(its shrink is skipped: it is ending). A start that finds fewer free workers than planned first
+collects the jobs whose ranks already finished (their workers are what it was planned onto),
+and if that is not enough it waits: the job keeps its planned share in the loop (it shows as
+starting), ``waiting_starts`` asks the loop to decide again, and every ``apply`` tries the start
+again until the workers are there.
+
 Units of work (one physics, ``allocator.physics``). A job that carries a ``noise_scale``, and
 every job under a ``noise_model`` (the goodput policy the loop runs, e.g. ``goodput_dp``),
 counts base-batch-equivalent samples, as in the goodput simulator
@@ -105,6 +113,7 @@ class DaskExecutor:
         self._meters: dict[str, WorkMeter] = {}
         self.refit = refit
         self._refits: dict[str, JobRefit] = {}
+        self._waiting: dict[str, Share] = {}  # starts that found too few free workers: job -> planned share
 
     def entrypoint(self, spec: JobSpec) -> str:
         if callable(self._entry):
@@ -135,8 +144,11 @@ class DaskExecutor:
         changes = share_changes(previous, new)
         # Free workers before taking any: stops, then shrinks, then grows and starts.
         changes.sort(key=lambda c: (c[2] is not None, c[1] is None, (c[2].gpus - c[1].gpus) if c[1] and c[2] else 0))
+        changed = {job_id for job_id, _, _ in changes}
+        # Starts that waited for workers and whose share did not change: try them again, last.
+        retries = [(job_id, None, share) for job_id, _ in list(self._waiting.items()) if job_id not in changed and (share := new.get(job_id)) is not None]
         events = []
-        for job_id, before, after in changes:
+        for job_id, before, after in [*changes, *retries]:
             job = self.jobs.get(job_id)
             if job_id in self._failures or (job is not None and job.finished):
                 continue
@@ -149,9 +161,23 @@ class DaskExecutor:
                 events.append(event)
         return events
 
+    def waiting_starts(self, now: float) -> tuple[str, ...]:
+        """Jobs planned to run whose start waits for free workers (the loop decides again while any do)."""
+        return tuple(j for j in self._waiting if j not in self._failures)
+
+    def _free_for_start(self, n: int) -> bool:
+        """At least ``n`` free workers, after collecting jobs whose ranks finished but still hold theirs."""
+        if len(self.pool.free()) >= n:
+            return True
+        for job_id, job in self.jobs.items():
+            if job.finished and job_id not in self.results and job_id not in self._reported:
+                self.results[job_id] = job.collect()  # ``completed`` reports it at its next poll
+        return len(self.pool.free()) >= n
+
     def _change(self, now: float, job_id: str, before: Share | None, after: Share | None, jobs: Mapping[str, JobSpec]) -> RescaleEvent | None:
         job = self.jobs.get(job_id)
         if after is None:
+            self._waiting.pop(job_id, None)
             if job is not None:
                 job.stop()
                 # Wait for the ranks to leave: the freed workers are what the next start takes.
@@ -159,6 +185,10 @@ class DaskExecutor:
                 self._reported.add(job_id)
             return RescaleEvent(now, job_id, before, None, RescaleKind.STOP, 0.0, measured=True)
         if job is None or before is None:
+            if not self._free_for_start(after.gpus):
+                self._waiting[job_id] = after
+                return None
+            self._waiting.pop(job_id, None)
             spec = jobs[job_id]
             if self._meters_work(spec):
                 self._meters[job_id] = WorkMeter(spec)
@@ -262,7 +292,8 @@ class DaskExecutor:
             if job_id in self._refits and job.members:
                 self._watch(job_id, job)  # every poll: a generation's reports are seen before it ends
             if job.finished:
-                self.results[job_id] = job.wait(timeout=60)
+                if job_id not in self.results:  # a start that needed its workers collected it already
+                    self.results[job_id] = job.wait(timeout=60)
             elif job_id in self._meters and job.members and self._metered(job_id) >= self._meters[job_id].spec.total_samples:
                 job.stop()  # its base-batch-equivalent work is done; the trainer's raw budget is an upper bound
                 self.results[job_id] = job.collect()
@@ -275,7 +306,7 @@ class DaskExecutor:
     def next_completion(self, now: float) -> float | None:
         """Not known exactly: wake up every ``poll_s`` while anything runs to notice completions."""
         running = [j for j, job in self.jobs.items() if j not in self._reported and job.members]
-        return now + self.settings.poll_s if running else None
+        return now + self.settings.poll_s if running or self._waiting else None
 
     def close(self) -> None:
         for job_id, job in self.jobs.items():

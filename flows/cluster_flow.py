@@ -26,7 +26,7 @@ from allocator.loop import LoopResult, LoopSettings, StepReport
 from allocator.policies import make_policy
 from allocator.specs import JobsFile
 from allocator.types import Allocation, JobSpec
-from deploy.clusters import KubeSpec, connect
+from deploy.clusters import connect
 from elastic_tasks.cluster import warm_up
 from elastic_tasks.coordinator.job import JobCoordinator
 from elastic_tasks.executor import JobSettings
@@ -35,14 +35,18 @@ from elastic_tasks.recipe import load_entry_point, resolve_workload
 from flows.commands.interrupts import on_interrupt
 from flows.recording.artifacts import ProgressArtifact, publish_results, summary_markdown
 from flows.config.jobfile import load_jobs_file
+from flows.config.kube import kube_spec
 from flows.recording.live_tracking import LiveRecorder
 from flows.recording.record import MeasuredJob, RecordedRun, parent_params, record_run
 from flows.recording.run_guard import status_for
+from flows.recording.service_run import loop_result_from_store, record_service_run
 from flows.retrain_flow import MissingPackageError, worth_retrying, wait_for_workers
-from flows.config.settings import load_settings
+from flows.config.settings import Settings, load_settings
 from flows.recording.tracking import MetricPoint, tracker_from_settings
-from flows.service_tasks import live_service, submit_at_arrivals, wait_for_jobs
+from flows.service_tasks import live_service, service_gpus, submit_at_arrivals, wait_for_jobs
 from service.embedded import EmbeddedService
+from service.job_metrics import mean_rescale_pause_s
+from service.redaction import redact_url
 from service.records import JobRow
 from service.runner import ServiceConfig
 
@@ -59,11 +63,25 @@ def check_trainable(jobs: Sequence[JobSpec]) -> None:
 
 @dataclass(frozen=True, slots=True)
 class ClusterOutcome:
-    result: LoopResult | None  # None when a running service scheduled the jobs (it records them)
-    recorded: RecordedRun | None
+    result: LoopResult
+    recorded: RecordedRun
     wall_s: float
-    job_results: Mapping[str, JobResult]  # what the trainer measured, per job
+    job_results: Mapping[str, JobResult]  # what the trainer measured, per job (empty: a running service trained them)
     service_jobs: tuple[JobRow, ...] = ()  # the jobs as a running service's store holds them
+
+    @property
+    def unfinished(self) -> list[str]:
+        """One line per job that did not finish, naming it and why."""
+        return [f"job {o.job_id} {o.state}" + (f": {o.error.removeprefix(f'job {o.job_id}: ')}" if o.error else "") for o in self.recorded.outcomes if not o.ok]
+
+
+class JobsFailed(RuntimeError):
+    """A run whose jobs did not all finish: the flow run fails, after recording and publishing what
+    did happen (``outcome``; the artifact names each failure)."""
+
+    def __init__(self, outcome: ClusterOutcome) -> None:
+        super().__init__("; ".join(outcome.unfinished))
+        self.outcome = outcome
 
 
 @task(name="load-jobs-file")
@@ -186,7 +204,6 @@ def measured_jobs(results: Mapping[str, JobResult], result: LoopResult, started_
             for rec, ts in zip(r.history, step_timestamps_ms(r.history, job_start_ms))
             for p in (MetricPoint("loss", rec.loss, rec.step, ts), MetricPoint("train_accuracy", rec.accuracy, rec.step, ts), MetricPoint("lr", rec.lr, rec.step, ts))
         )
-        pauses = [o.pause_s for o in r.rescales[1:] if o.pause_s is not None]  # None: not measured
         measured[job_id] = MeasuredJob(
             steps=r.steps,
             samples_seen=r.samples_seen,
@@ -195,7 +212,7 @@ def measured_jobs(results: Mapping[str, JobResult], result: LoopResult, started_
             eval_loss=r.eval_loss,
             eval_metrics=tuple(r.eval_metrics),
             loss=r.final_loss,
-            rescale_pause_s_mean=sum(pauses) / len(pauses) if pauses else None,
+            rescale_pause_s_mean=mean_rescale_pause_s(r),
         )
     return measured
 
@@ -235,15 +252,10 @@ def cluster_flow(
 
     store_url = live_service(settings) if to_running_service else None
     if store_url is not None:
-        # A team's service runs: its jobs share that cluster; it records them in MLflow.
-        t0 = time.monotonic()
-        ids = submit_at_arrivals(store_url, jobs, submitter=f"cluster-flow:{Path(jobs_file).name}")
-        print(f"submitted {len(ids)} job(s) to the service at {store_url}: " + ", ".join(f"{n}={i}" for n, i in ids.items()))
-        rows = wait_for_jobs(store_url, list(ids.values()))
-        progress.update(len(jobs))
-        return ClusterOutcome(None, None, time.monotonic() - t0, {}, tuple(rows))
+        # A team's service runs: its jobs share that cluster, and the run is recorded like any other.
+        return _through_service(store_url, jobs, jobs_file, settings, loop_settings, run_name, progress)
 
-    kube = KubeSpec(namespace=settings.kube_namespace, image=settings.kube_image, workers=settings.workers, env=settings.worker_env)
+    kube = kube_spec(settings, settings.workers)
     t0 = time.monotonic()
     run_dir = settings.state_dir.resolve() / "runs" / f"{Path(jobs_file).stem}-{int(time.time())}"
     with connect(settings.cluster.value, workers=settings.workers, address=settings.scheduler_address, kube=kube) as client:
@@ -268,14 +280,48 @@ def cluster_flow(
         tracker, name, result, {j.id: j for j in jobs}, mode="real", start_ms=start_ms,
         params=extra, measured=measured_jobs(results, result, start_ms), live=live.runs,
     )  # fmt: skip
-    publish_results(
-        "cluster",
-        result,
-        recorded.outcomes,
-        summary_markdown(
-            f"{Path(jobs_file).name} on {len(available)} {settings.cluster.value} GPU workers under {chosen}",
-            recorded.outcomes,
-            [f"MLflow parent run `{recorded.parent_run}`", f"{recorded.metrics.rescales} rescales, wall time {wall_s:.1f} s"],
-        ),
-    )
-    return ClusterOutcome(result, recorded, wall_s, results)
+    title = f"{Path(jobs_file).name} on {len(available)} {settings.cluster.value} GPU workers under {chosen}"
+    return _published(ClusterOutcome(result, recorded, wall_s, results), title)
+
+
+def _published(outcome: ClusterOutcome, title: str) -> ClusterOutcome:
+    """The run's Prefect artifacts; JobsFailed (the flow run fails) if a job did not finish."""
+    recorded = outcome.recorded
+    lines = [f"MLflow parent run `{recorded.parent_run}`", f"{recorded.metrics.rescales} rescales, wall time {outcome.wall_s:.1f} s"]
+    lines += [f"**{line}**" for line in outcome.unfinished]
+    publish_results("cluster", outcome.result, recorded.outcomes, summary_markdown(title, recorded.outcomes, lines))
+    if outcome.unfinished:
+        raise JobsFailed(outcome)
+    return outcome
+
+
+def _through_service(
+    store_url: str, jobs: Sequence[JobSpec], jobs_file: str, settings: Settings, loop_settings: LoopSettings, run_name: str | None, progress: ProgressArtifact
+) -> ClusterOutcome:
+    """Submit to the running service under an MLflow parent run, wait, record the run from the store."""
+    from service.client import ServiceClient
+
+    submitter = f"cluster-flow:{Path(jobs_file).name}"
+    name = run_name or f"cluster-{Path(jobs_file).stem}-service"
+    tracker = tracker_from_settings(settings)
+    params = {"mode": "service", "jobs_file": str(jobs_file), "cluster": "service", "job_store": redact_url(store_url), "submitter": submitter,
+              "interval_s": loop_settings.interval_s, "jobs": len(jobs)}  # fmt: skip
+    parent = tracker.start_run(name, params=params, tags={"malleable.mode": "service", "malleable.policy": "service", "malleable.submitter": submitter})
+    t0 = time.monotonic()
+    try:
+        with on_interrupt(lambda: tracker.end_run(parent, "KILLED")):
+            ids = submit_at_arrivals(store_url, jobs, submitter=submitter, mlflow_parent_run_id=tracker.run_id(parent))
+            print(f"submitted {len(ids)} job(s) to the service at {redact_url(store_url)}: " + ", ".join(f"{n}={i}" for n, i in ids.items()))
+            rows = wait_for_jobs(store_url, list(ids.values()))
+    except BaseException as exc:  # no run is left RUNNING in MLflow
+        tracker.end_run(parent, status_for(exc))
+        raise
+    wall_s = time.monotonic() - t0
+    progress.update(len(jobs))
+    client = ServiceClient(store_url)
+    allocations = {r.id: client.store.allocations(r.id) for r in rows}
+    capacity = service_gpus(store_url) or 0
+    result, specs, started = loop_result_from_store(rows, allocations, capacity, loop_settings)
+    recorded = record_service_run(tracker, parent, name, result, specs, rows, int(started * 1000))
+    title = f"{Path(jobs_file).name} through the service at {redact_url(store_url)} ({result.capacity} GPU workers)"
+    return _published(ClusterOutcome(result, recorded, wall_s, {}, tuple(rows)), title)

@@ -41,6 +41,7 @@ from flows.service_tasks import EmbeddedSession, JobSession, LiveSession, live_s
 from flows.config.settings import Settings, load_settings
 from flows.recording.tracking import MetricPoint, Tracker, tracker_from_settings
 from service.embedded import EmbeddedService
+from service.redaction import redact_url
 from service.records import JobRow, JobState
 from service.runner import ServiceConfig
 
@@ -203,7 +204,7 @@ def hpo_flow(hpo_file: str, workers: int | None = None, timeout_s: float = 1800.
     # does not get to end it: a failed or interrupted HPO run leaves nothing RUNNING.
     with RunGuard(tracker) as guard:
         if store_url is not None:
-            print(f"submitting the trials to the service at {store_url}")
+            print(f"submitting the trials to the service at {redact_url(store_url)}")
             return _run_and_record(spec, settings, prediction, configs, tracker, guard, LiveSession(store_url, f"hpo:{spec.name}"), timeout_s)
         run_id = f"hpo-{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         run_dir = settings.state_dir.resolve() / "runs" / run_id

@@ -81,8 +81,20 @@ def profile_on_workers(
     identity = submit_identity(client, entrypoint, settings).result()
     data = measure_profile_on_worker.with_options(refresh_cache=refresh)(client, entrypoint, settings, identity)
     profile = profile_from_dict(data, f"profile of {entrypoint}")
+    remember(profile, settings)
     _publish(entrypoint, profile)
     return profile
+
+
+def remember(profile: ThroughputProfile, how: ProfileSettings) -> None:
+    """Keep the profile in the state directory's profile cache too, where `malleable submit`, the
+    Python client and `malleable profile` look: a job submitted after tonight's retrain plans with
+    what the retrain measured, not with a prior (Prefect's result cache is this flow's alone)."""
+    from elastic_tasks.profiling.cache import ProfileCache, ProfileKey
+    from flows.config.settings import load_settings
+
+    what = json.dumps(asdict(how), sort_keys=True, default=str)
+    ProfileCache(load_settings().profile_cache_dir).put(ProfileKey(profile.workload, profile.hardware, what), profile)
 
 
 def local_ranks_device() -> str:
@@ -128,5 +140,6 @@ def profile_flow(
     )
     data = measure_profile.with_options(refresh_cache=refresh)(entrypoint, settings, allreduce)
     profile = profile_from_dict(data, f"profile of {entrypoint}")
+    remember(profile, settings)
     _publish(entrypoint, profile)
     return profile

@@ -21,6 +21,7 @@ from prefect.cache_policies import NO_CACHE
 
 from allocator.types import JobSpec, Share
 from deploy.clusters import KubeSpec, connect
+from flows.config.kube import kube_spec
 from elastic_tasks.cluster import WorkerPool, gpu_workers, worker_info
 from elastic_tasks.coordinator.job import JobCoordinator
 from elastic_tasks.coordinator.outcomes import JobResult
@@ -123,7 +124,7 @@ def save_model_dir(entrypoint: str, checkpoint_dir: Path | str, out: Path) -> Pa
 
 
 def _kube(settings: Settings, workers: int) -> KubeSpec:
-    return KubeSpec(namespace=settings.kube_namespace, image=settings.kube_image, workers=workers, env=settings.worker_env)
+    return kube_spec(settings, workers)
 
 
 @flow(name="retrain", log_prints=True)
@@ -203,10 +204,11 @@ def _retrain_through_service(store_url: str, spec: JobSpec, tracker, timeout_s: 
     """Submit the retraining job to the running service, wait, then log the model from its checkpoint."""
     from flows.service_tasks import submit_job, wait_for_jobs
     from service.client import ServiceClient
+    from service.redaction import redact_url
 
     t0 = time.monotonic()
     job = submit_job(store_url, spec, submitter=f"retrain:{spec.workload}")
-    print(f"submitted {spec.id} to the service at {store_url} as job {job}")
+    print(f"submitted {spec.id} to the service at {redact_url(store_url)} as job {job}")
     [row] = wait_for_jobs(store_url, [job], timeout_s)
     train_s = time.monotonic() - t0
     shares = [a for a in ServiceClient(store_url).store.allocations(job) if a.gpus > 0]

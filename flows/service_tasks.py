@@ -60,16 +60,38 @@ def wait_for_jobs(store_url: str, job_ids: Sequence[str], timeout_s: float | Non
     return ServiceClient(store_url).wait(list(job_ids), timeout_s)
 
 
-def submit_at_arrivals(store_url: str, specs: Sequence[JobSpec], submitter: str) -> dict[str, str]:
-    """Submit each job at its ``arrival_time`` (seconds from now) through ``submit_job``; name -> id."""
+def submit_at_arrivals(store_url: str, specs: Sequence[JobSpec], submitter: str, mlflow_parent_run_id: str | None = None) -> dict[str, str]:
+    """Submit each job at its ``arrival_time`` (seconds from now) through ``submit_job``; name -> id.
+    ``mlflow_parent_run_id``: the service nests each job's MLflow run under that run."""
     t0 = time.monotonic()
     ids = {}
     for spec in sorted(specs, key=lambda s: (s.arrival_time, s.id)):
         delay = t0 + spec.arrival_time - time.monotonic()
         if delay > 0:
             time.sleep(delay)
-        ids[spec.id] = submit_job(store_url, spec, submitter)
+        ids[spec.id] = submit_job(store_url, spec, submitter, mlflow_parent_run_id)
     return ids
+
+
+def service_gpus(store_url: str) -> int | None:
+    """The GPU workers of the cluster the service holding ``store_url`` drives (None: not known,
+    e.g. its scheduler is not reachable from here)."""
+    from distributed import Client
+
+    from elastic_tasks.cluster import gpu_workers
+
+    store = JobStore(store_url, create=False)
+    try:
+        address = Lease(store).info().cluster_address
+    finally:
+        store.close()
+    if not address:
+        return None
+    try:
+        with Client(address, timeout=3, set_as_default=False) as client:
+            return len(gpu_workers(client))
+    except (OSError, TimeoutError):
+        return None
 
 
 class JobSession(Protocol):

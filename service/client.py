@@ -8,14 +8,19 @@ the transport rather than an HTTP API.
 from __future__ import annotations
 
 import getpass
+import logging
 import socket
 import time
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 from allocator.types import JobSpec
 from service.jobspec import entry_from_spec, validate_entry
+from service.priors import with_profile
 from service.records import JobRow, JobState, Submission, Submitted
 from service.store import JobStore
+
+log = logging.getLogger(__name__)
 
 
 def default_submitter() -> str:
@@ -27,13 +32,21 @@ def default_submitter() -> str:
 
 
 class ServiceClient:
-    def __init__(self, store: JobStore | str, submitter: str | None = None) -> None:
+    """``profile_cache_dir``: where ``submit`` looks for a job's measured profile when the entry has
+    none (``malleable profile`` and the retrain flow write ``<state dir>/profiles``); without one,
+    or with nothing cached, it plans with a neutral prior, as ``malleable submit`` does."""
+
+    def __init__(self, store: JobStore | str, submitter: str | None = None, profile_cache_dir: Path | str | None = None) -> None:
         self.store = JobStore(store) if isinstance(store, str) else store
         self.submitter = submitter or default_submitter()
+        self.profile_cache_dir = None if profile_cache_dir is None else Path(profile_cache_dir)
 
     def submit(self, entry: dict, *, name: str | None = None, idempotency_key: str | None = None) -> Submitted:
-        """One job as a jobs-file entry (profile inline); ValueError naming the field if invalid."""
+        """One job as a jobs-file entry (its profile inline, else cached or a prior); ValueError naming the field if invalid."""
+        entry, note = with_profile(entry, self.profile_cache_dir)
         spec = validate_entry(entry)
+        if note is not None:
+            log.warning(note)
         return self.store.submit(Submission(name or spec.id, entry, self.submitter, idempotency_key))
 
     def submit_specs(self, specs: Sequence[JobSpec], *, key_prefix: str | None = None) -> list[Submitted]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from allocator.profile_io import profile_from_dict
+from allocator.profile_io import profile_from_dict, profile_to_dict
 from allocator.types import AllreduceModel, ThroughputProfile
 
 
@@ -38,3 +38,17 @@ def prior_profile(workload: str) -> ThroughputProfile:
         max_batch_per_gpu=256,
         allreduce=AllreduceModel(latency_s=0.001, seconds_per_param=1e-9),
     )
+
+
+def with_profile(entry: object, cache_dir: Path | None) -> tuple[object, str | None]:
+    """A jobs-file entry given without a ``profile``, completed as ``malleable submit`` completes it:
+    the newest profile cached for its workload in ``cache_dir``, else a neutral prior (and a note
+    saying so). Anything else is returned as it is, for validation to name what is wrong."""
+    if not isinstance(entry, dict) or "profile" in entry or not isinstance(entry.get("workload"), str) or not entry["workload"]:
+        return entry, None
+    workload = entry["workload"]
+    found = cached_profile(cache_dir, workload) if cache_dir is not None else None
+    if found is not None:
+        return {**entry, "profile": profile_to_dict(found)}, None
+    note = f"no measured profile for {workload!r}: the policy plans with a neutral prior (run `malleable profile {workload}` for a measured one)"
+    return {**entry, "profile": profile_to_dict(prior_profile(workload))}, note

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from allocator.loop import JobPhase, JobTransition, StepReport
 from service import schema
+from service.job_metrics import service_job_metrics
 from service.records import RESUMABLE, AllocationRow, JobState
 from service.store import JobStore
 from service.tracking import ServiceTracking
@@ -49,7 +50,9 @@ class StoreRecorder:
             return
         if t.phase is JobPhase.RUNNING:
             row = self.store.job(t.job_id)
-            run_id = self.tracking.job_run(t.job_id, row.name, row.mlflow_run_id, {**row.spec, "submitter": row.submitter}, parent=row.mlflow_parent_run_id)
+            run_id = self.tracking.job_run(
+                t.job_id, row.name, row.mlflow_run_id, {**row.spec, "submitter": row.submitter}, parent=row.mlflow_parent_run_id, submitter=row.submitter
+            )
             self.store.set_state(
                 t.job_id, state, only_from=RESUMABLE, attempts=schema.jobs.c.attempts + 1,
                 checkpoint_dir=self.checkpoint_dir_of(t.job_id), mlflow_run_id=run_id or row.mlflow_run_id, error=None,
@@ -59,13 +62,17 @@ class StoreRecorder:
         fields: dict[str, object] = {}
         if t.detail:
             fields["error"] = t.detail
+        result = self.result_of(t.job_id)
         if t.phase is JobPhase.FINISHED:
             fields["samples_done"] = schema.jobs.c.total_samples
-            result = self.result_of(t.job_id)
             if result is not None:
                 # What a client ranks or compares jobs by (an HPO stage keeps its best trials).
                 fields.update(steps=result.steps, first_loss=result.history[0].loss if result.history else None, final_loss=result.final_loss, eval_loss=result.eval_loss)
         self.store.set_state(t.job_id, state, **fields)
+        if self.tracking.enabled:
+            # The same end values a job of `malleable run` gets (final_*, jct_s, rescales, ...).
+            row = self.store.job(t.job_id)
+            self.tracking.job_final(t.job_id, service_job_metrics(row, self.store.allocations(t.job_id), result), int(time.time() * 1000))
         self.tracking.job_ended(t.job_id, _MLFLOW_END[t.phase])
         self.say(f"{t.job_id} {state.value}" + (f": {t.detail}" if t.detail else ""))
 

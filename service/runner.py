@@ -108,7 +108,7 @@ class Service:
             self.acquire()
         taken = self._taken
         self.client, self.cluster_owned = client, cluster_owned
-        tracking = ServiceTracking(cfg.tracking_uri, cfg.experiment, warn=self.say)
+        tracking = ServiceTracking(cfg.tracking_uri, cfg.experiment, warn=self.say, job_tags={"malleable.policy": cfg.policy})
         executor: DaskExecutor | None = None
         try:
             self.lease.note_cluster(self.client.scheduler.address, self.cluster_owned)

@@ -19,6 +19,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError, SQLAlchemyError
 
 from service import schema
+from service.redaction import redact_url
 from service.records import AllocationRow, JobRow, JobState, Submission, Submitted
 
 
@@ -46,17 +47,14 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:
 
 
 def redact(url: str) -> str:
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return url
+    return redact_url(url)
 
 
 def make_engine(url: str) -> Engine:
     try:
         parsed = make_url(url)
     except ArgumentError:
-        raise StoreError(f"job store URL {url!r}: not a database URL (e.g. sqlite:///path/jobs.db, postgresql+psycopg://user@host/db)") from None
+        raise StoreError(f"job store URL {redact(url)!r}: not a database URL (e.g. sqlite:///path/jobs.db, postgresql+psycopg://user@host/db)") from None
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)

@@ -33,7 +33,12 @@ def ensure_experiment(client: object, name: str, artifact_location: str | None =
 
 
 class ServiceTracking:
-    def __init__(self, tracking_uri: str | None, experiment: str = "malleable", warn: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self, tracking_uri: str | None, experiment: str = "malleable", warn: Callable[[str], None] | None = None, job_tags: dict[str, str] | None = None
+    ) -> None:
+        # Every job run's tags besides its own: ``malleable.mode`` (as ``malleable run``'s runs carry
+        # it, so ``malleable compare`` finds service jobs) and what the service adds (its policy).
+        self._job_tags = {"malleable.mode": "service", **(job_tags or {})}
         self._client = None
         self._experiment_id: str | None = None
         self._runs: dict[str, str] = {}
@@ -75,9 +80,11 @@ class ServiceTracking:
 
         self._call(go)
 
-    def job_run(self, job_id: str, name: str, existing: str | None, params: dict[str, object], parent: str | None = None) -> str | None:
+    def job_run(
+        self, job_id: str, name: str, existing: str | None, params: dict[str, object], parent: str | None = None, submitter: str | None = None
+    ) -> str | None:
         """The job's run: its earlier one when it resumes, else a new one (nested under ``parent``,
-        e.g. the HPO trial that submitted it)."""
+        e.g. the HPO trial or the cluster flow that submitted it)."""
 
         def go() -> str:
             from mlflow.entities import Param
@@ -86,7 +93,9 @@ class ServiceTracking:
                 self._client.update_run(existing, status="RUNNING")
                 run_id = existing
             else:
-                tags = {"malleable.kind": "service-job", "malleable.job_id": job_id}
+                tags = {**self._job_tags, "malleable.kind": "service-job", "malleable.job_id": job_id, "malleable.name": name}
+                if submitter:
+                    tags["malleable.submitter"] = submitter
                 if parent:
                     tags["mlflow.parentRunId"] = parent
                 run = self._client.create_run(self._experiment_id, run_name=f"{name}-{job_id}", tags=tags)
@@ -108,6 +117,19 @@ class ServiceTracking:
 
             now = int(time.time() * 1000)
             self._client.log_batch(run_id, metrics=[Metric(k, float(v), now, step) for k, v in values.items() if v is not None and v == v])
+
+        self._call(go)
+
+    def job_final(self, job_id: str, values: dict[str, float], when_ms: int) -> None:
+        """The job's end values (``service.job_metrics``), logged once as it ends, at step 0."""
+        run_id = self._runs.get(job_id)
+        if run_id is None:
+            return
+
+        def go() -> None:
+            from mlflow.entities import Metric
+
+            self._client.log_batch(run_id, metrics=[Metric(k, float(v), when_ms, 0) for k, v in values.items() if v == v])
 
         self._call(go)
 

@@ -12,6 +12,13 @@ runner = CliRunner(env={"COLUMNS": "200"})
 FAST = ["--batches", "4,8", "--repeats", "1", "--warmup", "0", "--gpus-for-allreduce", "1", "--threads", "1"]
 
 
+@pytest.fixture(autouse=True)
+def _own_state_dir(tmp_path, monkeypatch):
+    """`malleable profile` keeps what it measures in <state dir>/profiles: a test's own, so no
+    other test finds it there (`submit` would plan with it instead of a prior)."""
+    monkeypatch.setenv("MALLEABLE_STATE_DIR", str(tmp_path / "state"))
+
+
 def test_profile_prints_table_and_writes_json(tmp_path):
     out = tmp_path / "p" / "mlp.json"
     result = runner.invoke(app, ["profile", "elastic_tasks.examples:mlp_tiny", *FAST, "--out", str(out)])

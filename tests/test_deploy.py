@@ -65,9 +65,10 @@ def test_manifests_parse_and_run_non_root(manifest):
 def test_mlflow_manifest_has_database_backend_and_artifact_store():
     docs = [d for d in yaml.safe_load_all((ROOT / "deploy" / "k8s" / "mlflow.yaml").read_text()) if d]
     server = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "mlflow")
-    args = " ".join(_containers(server)[0]["args"])
-    assert "--backend-store-uri" in args and "postgresql://" in args
-    assert "--artifacts-destination" in args
+    # Through the environment (mlflow server reads MLFLOW_*), so no password is on its command line.
+    env = {e["name"]: e.get("value") for e in _containers(server)[0]["env"]}
+    assert env["MLFLOW_BACKEND_STORE_URI"].startswith("postgresql://")
+    assert env["MLFLOW_ARTIFACTS_DESTINATION"] == "/artifacts"
 
 
 def test_prefect_worker_polls_the_process_pool_of_prefect_yaml():

@@ -79,6 +79,20 @@ def test_quickstart_bad_scale():
 
 
 def test_ui_prints_both_uis(tmp_path):
-    result = CliRunner().invoke(app, ["ui"])
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings(restore_defaults={PREFECT_API_URL}):  # no Prefect server configured
+        result = CliRunner().invoke(app, ["ui"])
     assert result.exit_code == 0
     assert "mlflow ui --backend-store-uri sqlite:///" in result.output and "prefect server start" in result.output
+
+
+def test_ui_honours_the_configured_prefect_api_and_hides_passwords(monkeypatch):
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    monkeypatch.setenv("MALLEABLE_TRACKING_URI", "http://alice:hunter2@mlflow.internal:5000")
+    with temporary_settings(updates={PREFECT_API_URL: "http://prefect.internal:4200/api"}):
+        result = CliRunner().invoke(app, ["ui"])
+    assert result.exit_code == 0, result.output
+    assert "open http://prefect.internal:4200" in result.output and "prefect server start" not in result.output
+    assert "open http://alice:***@mlflow.internal:5000" in result.output and "hunter2" not in result.output

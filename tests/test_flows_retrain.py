@@ -127,3 +127,13 @@ def test_retrain_on_a_cluster_profiles_on_its_worker_once(prefect_harness, tmp_p
     runs = tracking.search_runs([tracking.get_experiment_by_name("malleable").experiment_id], "tags.`malleable.mode` = 'retrain'")
     # Measured as a rank trains on that worker: its device and one torch thread.
     assert {r.data.params["hardware"].split("|threads=")[1].split("|")[0] for r in runs} == {"1"}
+    # ... and kept in the state directory's profile cache, where a job submitted next (CLI or
+    # Python client, without a profile) finds it instead of a neutral prior.
+    from service.client import ServiceClient
+    from service.priors import cached_profile
+
+    cached = cached_profile(tmp_path / "state" / "profiles", "elastic_tasks.examples:mlp_tiny")
+    assert cached is not None and cached.hardware in {r.data.params["hardware"] for r in runs}
+    client = ServiceClient(f"sqlite:///{tmp_path / 'jobs.db'}", submitter="alice", profile_cache_dir=tmp_path / "state" / "profiles")
+    entry = {"id": "next", "workload": "elastic_tasks.examples:mlp_tiny", "samples": 1000, "min_batch": 16, "max_batch": 64, "max_gpus": 2}
+    assert client.job(client.submit(entry).job_id).spec["profile"]["hardware"] == cached.hardware

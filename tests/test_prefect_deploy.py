@@ -158,5 +158,10 @@ def test_the_worker_manifest_sets_where_flows_run_and_record():
     manifest = list(yaml.safe_load_all((ROOT / "deploy" / "k8s" / "prefect-worker.yaml").read_text()))
     (deployment,) = [m for m in manifest if m["kind"] == "Deployment"]
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    # Its own env, the shared settings ConfigMap it reads, and the image's ENV (MALLEABLE_HOME).
     names = {e["name"] for e in container["env"]}
+    settings = yaml.safe_load((ROOT / "deploy" / "k8s" / "settings.yaml").read_text())
+    assert {"configMapRef": {"name": settings["metadata"]["name"]}} in container["envFrom"]
+    names |= set(settings["data"])
+    names |= set(re.findall(r"\b(MALLEABLE_[A-Z_]+)=", (ROOT / "deploy" / "Dockerfile").read_text()))
     assert {"MALLEABLE_HOME", "MALLEABLE_STATE_DIR", "MALLEABLE_TRACKING_URI"} <= names

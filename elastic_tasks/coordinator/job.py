@@ -207,7 +207,7 @@ class JobCoordinator:
             with contextlib.suppress(Exception):
                 fut.cancel()
         self.close()
-        self.pool.give_back(self.worker_of.values())
+        self.pool.give_back(self.worker_of.values(), owner=self.job_id)
 
     def status(self) -> JobStatus | None:
         status = self.board.status()
@@ -238,7 +238,7 @@ class JobCoordinator:
                 fut.cancel()  # joiners of a plan the job never reached
         results = list(self._results.values())
         self.close()
-        self.pool.give_back(self.worker_of.values())
+        self.pool.give_back(self.worker_of.values(), owner=self.job_id)
         return gather(self.job_id, self.finished, results, self.rescales, self.recoveries, self.pump.heard.stragglers)
 
     def close(self) -> None:

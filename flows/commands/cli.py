@@ -37,7 +37,7 @@ COMMANDS: tuple[LazyCommand, ...] = (
     LazyCommand("simulate", "flows.commands.simulate:simulate_command", "Simulate a cluster with the same autoscaling loop a real run uses."),
     LazyCommand("idle-nodes", "flows.commands.idle_nodes:idle_nodes_command", "Replay idle nodes under each policy and report U = A_e / A_s, throughput, rescales and solve times."),
     LazyCommand("retrain", "flows.commands.retrain:retrain", "Retrain one model elastically and log metrics and the model to MLflow."),
-    LazyCommand("compare", "flows.commands.compare:compare", "Compare recorded runs (e.g. elastic vs fixed on one trace): table and per-job JCT plot."),
+    LazyCommand("compare", "flows.commands.compare:compare", "Compare recorded runs (e.g. elastic vs fixed on one trace) and jobs of a running service: table and plot."),
     LazyCommand("ui", "flows.commands.ui:ui", "Print the commands that open the MLflow and Prefect UIs for this project's settings."),
     LazyCommand("hpo", "flows.commands.hpo:app", "Deadline-constrained, cost-minimising plans for successive-halving HPO (seed 001)."),
     LazyCommand("serve", "flows.commands.service:serve", "Run the scheduler service until stopped (Ctrl-C / SIGTERM: running jobs checkpoint, the next service resumes them)."),

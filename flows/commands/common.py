@@ -58,16 +58,26 @@ def scheduler_or_fail(settings: Settings, timeout_s: float = 3.0) -> None:
 
 
 def ui_commands(settings: Settings) -> list[tuple[str, str]]:
-    """(what, command) pairs to look at results in the MLflow and Prefect UIs."""
+    """(what, command) pairs to look at results in the MLflow and Prefect UIs: the configured
+    tracking server and Prefect API (``PREFECT_API_URL``, from the environment or the active Prefect
+    profile), else the commands that start local ones. A URL's password is never printed."""
+    from prefect.settings import get_current_settings  # Prefect's own resolution: env, .env, profile
+
+    from service.redaction import has_secret, redact_url
+
     uri = settings.resolved_tracking_uri
+    shown = '"$MALLEABLE_TRACKING_URI"' if has_secret(uri) else uri
     if uri.startswith("http"):
-        mlflow = f"open {uri}"
+        mlflow = f"open {redact_url(uri)}"
     else:
-        mlflow = f"mlflow ui --backend-store-uri {uri} --port 5000   # then open http://127.0.0.1:5000"
-    return [
-        ("MLflow", mlflow),
-        ("Prefect", "prefect server start   # then open http://127.0.0.1:4200 (runs made with an ephemeral API are kept in $PREFECT_HOME, default ~/.prefect)"),
-    ]
+        mlflow = f"mlflow ui --backend-store-uri {shown} --port 5000   # then open http://127.0.0.1:5000"
+    prefect = get_current_settings()
+    if prefect.api.url:
+        ui_url = prefect.ui_url or prefect.api.url.removesuffix("/api")
+        prefect_line = f"open {redact_url(ui_url)}   # the Prefect server of PREFECT_API_URL"
+    else:
+        prefect_line = "prefect server start   # then open http://127.0.0.1:4200 (runs made with an ephemeral API are kept in $PREFECT_HOME, default ~/.prefect)"
+    return [("MLflow", mlflow), ("Prefect", prefect_line)]
 
 
 def print_ui_hint() -> None:

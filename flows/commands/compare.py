@@ -50,8 +50,15 @@ def compare(
     run_ids: Annotated[list[str] | None, typer.Argument(help="MLflow parent run ids (default: the latest --last runs).")] = None,
     last: Annotated[int, typer.Option("--last", "-n", help="How many of the latest runs, when no ids are given.")] = 2,
     out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the PNG.")] = Path("out/compare.png"),
+    jobs: Annotated[list[str] | None, typer.Option("--jobs", help="Service jobs by id or name, comma-separated; one column per --jobs.")] = None,
+    submitter: Annotated[list[str] | None, typer.Option("--submitter", help="Service jobs of a submitter (as `malleable jobs` shows it); one column each.")] = None,
+    since: Annotated[str | None, typer.Option("--since", help="Service jobs submitted since: 30m, 2h, 1d ago or a date/time.")] = None,
+    until: Annotated[str | None, typer.Option("--until", help="Service jobs submitted before: a duration ago or a date/time.")] = None,
+    experiment: Annotated[str | None, typer.Option("--experiment", "-e", help="MLflow experiment to look in (default MALLEABLE_EXPERIMENT).")] = None,
 ) -> None:
-    """Compare recorded runs (e.g. elastic vs fixed on one trace): table and per-job JCT plot."""
+    """Compare recorded runs (e.g. elastic vs fixed on one trace) and jobs of a running service: table and plot."""
+    from flows.recording.service_selection import Selection, parse_when
+
     settings_or_fail()
     if last < 1:
         fail(f"last={last}: must be >= 1")
@@ -60,15 +67,40 @@ def compare(
         if png_path(out).suffix.lower() not in _FORMATS:
             raise ValueError(f"--out={str(out)!r}: the plot is written as {', '.join(sorted(_FORMATS))}; give one of those suffixes")
         check_output_file(png_path(out), "--out")
+        window = (parse_when(since, "--since") if since else None, parse_when(until, "--until") if until else None)
+        selections = service_selections(jobs or [], submitter or [], *window, since, until)
     except ValueError as exc:
         fail(str(exc))
     try:
-        check_runs(run_ids or [])
-        comparison = compare_runs(run_ids or [], last, out)  # read-only: no flow run, no Prefect server
+        check_runs(run_ids or [], experiment)
+        comparison = compare_runs(run_ids or [], last, out, selections, experiment)  # read-only: no flow run, no Prefect server
     except CompareError as exc:
         fail(str(exc), code=1)
+    for line in comparison.found:
+        console.print(line, highlight=False, markup=False)
     console.print(comparison_table(comparison))
     warning = mixed_models_warning(comparison.runs)
     if warning:
         warn(warning)
     console.print(f"plot written to [bold]{comparison.png}[/]")
+
+
+def service_selections(jobs: list[str], submitters: list[str], since_s: float | None, until_s: float | None, since: str | None, until: str | None):
+    """One selection per --jobs and per --submitter; a window alone selects every service job in it."""
+    from flows.recording.service_selection import Selection
+
+    window = " ".join(filter(None, [f"since {since}" if since else "", f"until {until}" if until else ""]))
+    label = lambda base: f"{base} {window}".strip()  # noqa: E731
+    out = []
+    for group in jobs:
+        ids = tuple(j.strip() for j in group.split(",") if j.strip())
+        if not ids:
+            raise ValueError(f"--jobs={group!r}: name at least one job id")
+        out.append(Selection(label(f"jobs {','.join(ids)}"), job_ids=ids, since=since_s, until=until_s))
+    for who in submitters:
+        if not who.strip() or "'" in who:
+            raise ValueError(f"--submitter={who!r}: a submitter as `malleable jobs` shows it (no quotes)")
+        out.append(Selection(label(f"jobs of {who}"), submitter=who, since=since_s, until=until_s))
+    if not out and (since_s is not None or until_s is not None):
+        out.append(Selection(label("service jobs"), since=since_s, until=until_s))
+    return out

@@ -17,6 +17,7 @@ from elastic_tasks.profiling.noise_trajectory import NoiseMeasurement, measure_n
 from elastic_tasks.profiling.settings import ProfilerError, ProfileSettings
 from elastic_tasks.profiling.profiler import ProfileReport, profile_cached
 from elastic_tasks.recipe import load_entry_point
+from flows.commands.common import settings_or_fail
 from flows.commands.console import EXIT_FAILED, console, fail
 from flows.config.paths import check_output_dir, check_output_file
 
@@ -77,7 +78,9 @@ def profile_command(
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds for process-group init and each collective.")] = 120.0,
     include_data: Annotated[bool, typer.Option("--include-data/--compute-only", help="Time batch collation with each iteration, as the trainer does (default), or compute only (seed 000's t_proc).")] = True,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the profile JSON here.")] = None,
-    cache_dir: Annotated[Path | None, typer.Option("--cache-dir", help="Reuse/store profiles keyed by model and hardware.")] = None,
+    cache_dir: Annotated[
+        Path | None, typer.Option("--cache-dir", help="Reuse/store profiles keyed by model and hardware (default: <state dir>/profiles, where `submit` looks).")
+    ] = None,
     refresh: Annotated[bool, typer.Option("--refresh", help="Measure even if the cache holds this profile.")] = False,
     noise: Annotated[bool, typer.Option("--noise/--no-noise", help="Also measure the gradient noise scale over a training run and write it as the profile's noise_scale.")] = False,
     noise_batch: Annotated[int | None, typer.Option("--noise-batch", help="Global batch of the noise run (default: the recipe's base_batch).")] = None,
@@ -103,14 +106,15 @@ def profile_command(
             threads=threads,
             include_data=include_data,
         )
-        if cache_dir is not None:
-            check_output_dir(cache_dir, "--cache-dir")
+        if cache_dir is None:
+            cache_dir = settings_or_fail().profile_cache_dir  # one cache: `submit`, the client and the retrain flow read it
+        check_output_dir(cache_dir, "--cache-dir")
         if out is not None:
             check_output_file(out, "--out")
         if not (noise_epochs > 0):
             raise ValueError(f"--noise-epochs={noise_epochs}: must be > 0")
         recipe = load_entry_point(entrypoint)
-        report = profile_cached(recipe, settings, None if cache_dir is None else ProfileCache(cache_dir), refresh=refresh)
+        report = profile_cached(recipe, settings, ProfileCache(cache_dir), refresh=refresh)
         measured = None
         profile = report.profile
         if noise:

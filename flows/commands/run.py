@@ -47,7 +47,7 @@ def run(
         console.print(outcome_table(f"{jobs_file.name}: simulated on {gpus} GPUs", outcome.outcomes))
         console.print(f"MLflow parent run [bold]{outcome.recorded.parent_run}[/]")
     else:
-        from flows.cluster_flow import cluster_flow
+        from flows.cluster_flow import JobsFailed, cluster_flow
         from flows.commands.interrupts import install
         from flows.commands.live import LoopProgress
 
@@ -55,19 +55,17 @@ def run(
         try:
             with LoopProgress(err_console, len(spec.jobs)) as progress:
                 outcome = cluster_flow(str(jobs_file), workers=workers, policy=policy, interval_s=interval, run_name=name, on_step=progress, parsed=spec)
+        except JobsFailed as exc:  # recorded and published; the others ran to the end
+            outcome = exc.outcome
         except Exception as exc:  # the flow run is recorded as failed in Prefect; say why in one line
             fail(f"cluster run failed: {type(exc).__name__}: {exc}", code=EXIT_FAILED)
-        if outcome.recorded is None:
-
+        if outcome.service_jobs:
             console.print(f"{jobs_file.name}: scheduled by the running service ({outcome.wall_s:.0f} s)", highlight=False, markup=False)
             console.print(jobs_table(outcome.service_jobs))
-            unfinished = [f"job {r.name} ({r.id}) {r.state.value}" + (f": {r.error}" if r.error else "") for r in outcome.service_jobs if r.state.value != "finished"]
         else:
             console.print(outcome_table(f"{jobs_file.name}: real run on {settings.workers} workers ({outcome.wall_s:.0f} s)", outcome.recorded.outcomes))
-            console.print(f"MLflow parent run [bold]{outcome.recorded.parent_run}[/], {outcome.recorded.metrics.rescales} rescales")
-            unfinished = [f"job {r.job_id} failed: {r.failed.removeprefix(f'job {r.job_id}: ')}" for r in outcome.result.jobs if r.failed] + [
-                f"job {r.job_id} was dropped: it can never fit the cluster" for r in outcome.result.jobs if r.dropped
-            ]
+        console.print(f"MLflow parent run [bold]{outcome.recorded.parent_run}[/], {outcome.recorded.metrics.rescales} rescales")
+        unfinished = outcome.unfinished
         if unfinished:
             # The others ran to the end; the command still says the run did not do all it was asked.
             for line in unfinished:

@@ -33,7 +33,8 @@ def serve(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show Dask's own log lines.")] = False,
 ) -> None:
     """Run the scheduler service until stopped (Ctrl-C / SIGTERM: running jobs checkpoint, the next service resumes them)."""
-    from deploy.clusters import KubeSpec, connect
+    from deploy.clusters import connect
+    from flows.config.kube import kube_spec
     from service.lease import LeaseHeldError
     from service.runner import Service, ServiceConfig
     from service.store import StoreError
@@ -55,7 +56,7 @@ def serve(
     def say(line: str) -> None:
         console.print(f"[dim]{time.strftime('%H:%M:%S')}[/] {line}", highlight=False, soft_wrap=True)
 
-    kube = KubeSpec(namespace=settings.kube_namespace, image=settings.kube_image, workers=settings.workers)
+    kube = kube_spec(settings, settings.workers)
     service = None
     try:
         service = Service(config, say=say)
@@ -170,15 +171,18 @@ def submit(
 
 
 def jobs(
-    watch: Annotated[bool, typer.Option("--watch", help="Refresh until Ctrl-C.")] = False,
+    watch: Annotated[bool, typer.Option("--watch", help="Refresh until Ctrl-C (not on a terminal: a table per interval).")] = False,
     fmt: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
     all_jobs: Annotated[bool, typer.Option("--all", help="Also finished, failed, cancelled and dropped jobs.")] = False,
+    interval: Annotated[float, typer.Option("--interval", help="Seconds between refreshes with --watch.")] = 1.0,
 ) -> None:
     """The service's jobs: state, GPUs, batch, progress, ETA."""
     from service.records import JobState
 
     if fmt not in ("table", "json"):
         fail(f"--format={fmt!r}: must be table or json")
+    if not (interval > 0 and interval != float("inf")):
+        fail(f"--interval={interval!r}: must be a number of seconds > 0")
     settings = settings_or_fail()
     store = _store(settings)
     states = None if all_jobs else [s for s in JobState if not s.terminal]
@@ -202,9 +206,16 @@ def jobs(
     from rich.live import Live
 
     try:
+        if not console.is_terminal:
+            # A pipe or a file: a live display would print nothing until it ends; a table per interval.
+            while True:
+                console.print(f"{time.strftime('%Y-%m-%d %H:%M:%S')}", highlight=False, markup=False)
+                console.print(jobs_table(rows()))
+                console.file.flush()
+                time.sleep(interval)
         with Live(jobs_table(rows()), console=console, refresh_per_second=2) as live:
             while True:
-                time.sleep(1.0)
+                time.sleep(interval)
                 live.update(jobs_table(rows()))
     except KeyboardInterrupt:
         pass

@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from allocator.admission import OverflowMode
 from allocator.policies import UnknownPolicyError, available_policies, make_policy
+from service.redaction import redact_url
 
 ENV_PREFIX = "MALLEABLE_"
 # scheme:rest with no spaces (sqlite:///…, http(s)://…, postgresql+psycopg://…, file:///…) or databricks
@@ -48,8 +49,17 @@ class Settings(BaseSettings):
     policy: str = Field("elastic_dp", description="Allocation policy name.")
     interval_s: float = Field(10.0, gt=0, allow_inf_nan=False, description="Δ: seconds between re-allocations.")
     overflow: OverflowMode = Field(OverflowMode.QUEUE, description="Jobs that do not fit: drop or queue.")
-    kube_image: str = Field("malleable:0.1.0-cuda", min_length=1, description="Container image of Kubernetes Dask workers (GPU pods: the CUDA build).")
+    kube_image: str = Field("malleable:0.1.0", min_length=1, description="Container image of the Kubernetes Dask scheduler (the CPU build).")
+    kube_gpu_image: str | None = Field(None, min_length=1, description="Container image of the Kubernetes GPU worker pods (default: <kube_image>-cuda, the CUDA build).")
     kube_namespace: str = Field("default", min_length=1, description="Kubernetes namespace.")
+    kube_gpus_per_pod: int = Field(8, ge=1, le=64, description="GPUs per Kubernetes worker pod: a node's GPUs, one pod per node, one Dask worker per GPU.")
+    kube_cpu_per_gpu: float = Field(8.0, gt=0, le=1024, allow_inf_nan=False, description="CPU cores a worker pod requests per GPU.")
+    kube_memory_per_gpu_gib: float = Field(64.0, gt=0, le=16384, allow_inf_nan=False, description="Memory (GiB) a worker pod requests per GPU, /dev/shm included.")
+    kube_shm_per_gpu_gib: float = Field(8.0, gt=0, le=16384, allow_inf_nan=False, description="Memory-backed /dev/shm (GiB) per GPU of a worker pod.")
+    kube_checkpoint_claim: str | None = Field(
+        None, min_length=1, description="A ReadWriteMany PersistentVolumeClaim every worker pod mounts at MALLEABLE_CHECKPOINT_DIR (a path) for shared checkpoints."
+    )
+    kube_env_secret: str | None = Field(None, min_length=1, description="A Secret whose keys become the worker pods' environment (e.g. object-store credentials).")
     tracking_timeout_s: float = Field(5.0, gt=0, description="Seconds before an MLflow request counts as unreachable.")
     job_store: str | None = Field(None, description="The scheduler service's job store, any SQLAlchemy URL (default: sqlite:///<state_dir>/jobs.db).")
     react: bool = Field(True, description="The service re-allocates at once on each submission, completion and worker change (else every Δ).")
@@ -90,6 +100,20 @@ class Settings(BaseSettings):
             raise ValueError("cluster=address needs MALLEABLE_SCHEDULER_ADDRESS")
         return self
 
+    @model_validator(mode="after")
+    def _checkpoint_claim_needs_a_path(self) -> Settings:
+        if self.kube_checkpoint_claim and (self.checkpoint_dir is None or not self.checkpoint_dir.startswith("/")):
+            raise ValueError(
+                f"MALLEABLE_KUBE_CHECKPOINT_CLAIM={self.kube_checkpoint_claim!r} is mounted at MALLEABLE_CHECKPOINT_DIR, "
+                f"which must then be an absolute path (got {redact_url(self.checkpoint_dir)!r})"
+            )
+        if self.kube_shm_per_gpu_gib >= self.kube_memory_per_gpu_gib:
+            raise ValueError(
+                f"MALLEABLE_KUBE_SHM_PER_GPU_GIB={self.kube_shm_per_gpu_gib!r}: must be below MALLEABLE_KUBE_MEMORY_PER_GPU_GIB="
+                f"{self.kube_memory_per_gpu_gib!r} (/dev/shm counts against the pod's memory)"
+            )
+        return self
+
     @property
     def resolved_tracking_uri(self) -> str:
         if self.tracking_uri:
@@ -100,7 +124,7 @@ class Settings(BaseSettings):
     def resolved_checkpoint_dir(self) -> Path:
         """The checkpoint directory as a local path (a mounted volume counts); see ``checkpoint_location``."""
         if self.checkpoint_dir is not None and "://" in self.checkpoint_dir:
-            raise SettingsError(f"MALLEABLE_CHECKPOINT_DIR={self.checkpoint_dir!r}: this command needs a local or mounted path, not a URL")
+            raise SettingsError(f"MALLEABLE_CHECKPOINT_DIR={redact_url(self.checkpoint_dir)!r}: this command needs a local or mounted path, not a URL")
         return Path(self.checkpoint_dir) if self.checkpoint_dir is not None else self.state_dir / "checkpoints"
 
     def checkpoint_location(self, name: str) -> str:
@@ -144,7 +168,9 @@ def _one_line(exc: ValidationError, given: set[str]) -> str:
         return msg
     # A value passed in (a CLI flag) is named as the field; one from the environment as its variable.
     name = field if field in given else f"{ENV_PREFIX}{field.upper()}"
-    return f"{name}={err.get('input')!r}: {msg}"
+    given_value = err.get("input")
+    # A URL setting (a store, the tracking server, checkpoints) may carry a password.
+    return f"{name}={redact_url(given_value) if isinstance(given_value, str) else given_value!r}: {msg}"
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -27,12 +27,14 @@ def outcome_rows(outs: Sequence[JobOutcome]) -> list[dict[str, str]]:
     return [
         {
             "job": o.job_id,
+            "state": o.state,
             "arrival_s": _fmt(o.arrival_s),
             "start_s": _fmt(o.start_s),
             "finish_s": _fmt(o.finish_s),
             "jct_s": _fmt(o.jct_s),
             "rescales": str(o.rescales),
             "final_accuracy": _fmt(o.final_accuracy, 3),
+            "error": o.error or "",
         }
         for o in outs
     ]
@@ -64,7 +66,9 @@ class ProgressArtifact:
 def summary_markdown(title: str, outs: Sequence[JobOutcome], lines: Sequence[str] = ()) -> str:
     md = [f"# {title}", ""]
     md += [f"* {line}" for line in lines]
-    md += ["", "| job | arrival s | start s | finish s | JCT s | rescales | final accuracy |", "|---|---|---|---|---|---|---|"]
+    md += ["", "| job | state | arrival s | start s | finish s | JCT s | rescales | final accuracy |", "|---|---|---|---|---|---|---|---|"]
     for o in outs:
-        md.append(f"| {o.job_id} | {_fmt(o.arrival_s)} | {_fmt(o.start_s)} | {_fmt(o.finish_s)} | {_fmt(o.jct_s)} | {o.rescales} | {_fmt(o.final_accuracy, 3)} |")
+        md.append(
+            f"| {o.job_id} | {o.state} | {_fmt(o.arrival_s)} | {_fmt(o.start_s)} | {_fmt(o.finish_s)} | {_fmt(o.jct_s)} | {o.rescales} | {_fmt(o.final_accuracy, 3)} |"
+        )
     return "\n".join(md) + "\n"

@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from allocator.loop import LoopResult, LoopSettings
-from allocator.metrics import RunMetrics, schedule_csv, summarise
+from allocator.loop import JobRecord, LoopResult, LoopSettings
+from allocator.metrics import RunMetrics, gpu_seconds_by_job, schedule_csv, summarise
 from allocator.throughput import throughput
 from allocator.types import JobSpec
 from flows.recording.plots import plot_completed, plot_gpus_per_job
 from flows.recording.tracking import MetricPoint, Tracker
+from service.job_metrics import final_values
 
 if TYPE_CHECKING:
     from flows.recording.live_tracking import LiveRuns
@@ -38,6 +39,22 @@ class JobOutcome:
     rescales: int
     final_accuracy: float | None = None
     final_loss: float | None = None
+    state: str = "finished"  # finished, failed, cancelled, dropped or unfinished (the run ended first)
+    error: str | None = None  # why it failed
+
+    @property
+    def ok(self) -> bool:
+        return self.state == "finished"
+
+
+def job_state(record: JobRecord) -> str:
+    if record.finish is not None:
+        return "finished"
+    if record.failed:
+        return "failed"
+    if record.cancelled:
+        return "cancelled"
+    return "dropped" if record.dropped else "unfinished"
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,18 +71,8 @@ class MeasuredJob:
     rescale_pause_s_mean: float | None = None
 
     def final_values(self) -> dict[str, float]:
-        """Metric name -> end value (a recipe metric named like a built-in one is overridden by it)."""
-        values: dict[str, float] = {"steps": float(self.steps), "samples_seen": float(self.samples_seen)}
-        if self.accuracy is not None:
-            values["accuracy"] = self.accuracy
-        if self.eval_loss is not None:
-            values["eval_loss"] = self.eval_loss
-        values.update({f"eval_{name}": value for name, value in self.eval_metrics})
-        if self.loss is not None:
-            values["loss"] = self.loss
-        if self.rescale_pause_s_mean is not None:
-            values["rescale_pause_s_mean"] = self.rescale_pause_s_mean
-        return values
+        """Metric name -> end value, named as a service job's (``service.job_metrics``)."""
+        return final_values(self.steps, self.samples_seen, self.accuracy, self.eval_loss, self.eval_metrics, self.loss, self.rescale_pause_s_mean)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +114,8 @@ def outcomes(result: LoopResult, measured: Mapping[str, MeasuredJob] | None = No
                 rescales=rescales,
                 final_accuracy=None if m is None else m.accuracy,
                 final_loss=None if m is None else m.loss,
+                state=job_state(r),
+                error=r.failed,
             )
         )
     return tuple(out)
@@ -197,6 +206,7 @@ def record_run(
     tracker.log_metrics(parent_run, _cluster_points(result, start_ms))
     job_runs: dict[str, str] = {}
     outs = outcomes(result, measured)
+    held = gpu_seconds_by_job(result)
     for out in outs:
         spec = specs[out.job_id]
         opened = None if live is None else live.job_runs.get(out.job_id)
@@ -204,7 +214,7 @@ def record_run(
         job_runs[out.job_id] = run
         m = (measured or {}).get(out.job_id)
         points = schedule_points(result, spec, start_ms) + list(() if m is None else m.series)
-        final = {"rescales": float(out.rescales)}
+        final = {"rescales": float(out.rescales), "gpu_seconds": held.get(out.job_id, 0.0)}
         if out.jct_s is not None:
             final["jct_s"] = out.jct_s
         if out.start_s is not None:
@@ -217,6 +227,12 @@ def record_run(
         points += [MetricPoint(k, v, 0, ended_ms) for k, v in final.items()]
         tracker.log_metrics(run, points)
         tracker.end_run(run, "FINISHED" if out.finish_s is not None else "KILLED")
+    finish_parent(tracker, parent_run, name, result, metrics)
+    return RecordedRun(parent_run=parent_run, job_runs=job_runs, metrics=metrics, outcomes=outs)
+
+
+def finish_parent(tracker: Tracker, parent_run: str, name: str, result: LoopResult, metrics: RunMetrics, status: str = "FINISHED") -> None:
+    """The parent run's summary metrics (what ``malleable compare`` reads), schedule and figures; ended."""
     end = int(round(result.end_time))
     tracker.log_metrics(parent_run, [MetricPoint(k, v, end) for k, v in summary_metrics(metrics).items()])
     with tempfile.TemporaryDirectory() as tmp:
@@ -228,8 +244,7 @@ def record_run(
         plot_completed([(result.policy, result)], [r.arrival for r in result.jobs], f"jobs completed — {name}", d / "jobs-completed.png")
         for png in ("gpus-per-job.png", "batch-per-job.png", "jobs-completed.png"):
             tracker.log_figure_file(parent_run, d / png)
-    tracker.end_run(parent_run)
-    return RecordedRun(parent_run=parent_run, job_runs=job_runs, metrics=metrics, outcomes=outs)
+    tracker.end_run(parent_run, status)
 
 
 def plot_batch_per_job(result: LoopResult, title: str, path: Path) -> Path:

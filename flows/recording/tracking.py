@@ -30,6 +30,7 @@ from mlflow.exceptions import MlflowException
 from flows.recording.journal import CreateRun, JournalOp, LogArtifact, LogBatch, RunRefs, Terminate, from_json, to_json
 from flows.config.local_state import DamagedStateError, check_sqlite
 from service.tracking import ensure_experiment
+from service.redaction import redact_url
 
 PARENT_TAG = "mlflow.parentRunId"
 OFFLINE_PREFIX = "offline-"
@@ -223,7 +224,7 @@ class Tracker:
                 return False
         self.buffer_path.unlink(missing_ok=True)
         shutil.rmtree(self._artifact_dir(), ignore_errors=True)
-        self._notify(f"MLflow at {self.tracking_uri} is reachable again: {len(ops)} buffered calls sent.")
+        self._notify(f"MLflow at {redact_url(self.tracking_uri)} is reachable again: {len(ops)} buffered calls sent.")
         self._told = False
         return True
 
@@ -250,7 +251,7 @@ class Tracker:
                         else "is unreachable"
                     )
                     self._notify(
-                        f"MLflow at {self.tracking_uri} (MALLEABLE_TRACKING_URI) {why}; training goes on and tracking "
+                        f"MLflow at {redact_url(self.tracking_uri)} (MALLEABLE_TRACKING_URI) {why}; training goes on and tracking "
                         f"calls are buffered in {self.buffer_path} until it answers."
                     )
                     self._told = True

@@ -1,0 +1,176 @@
+"""Service runs are first-class runs, on real servers: a `prefect server`, a process worker, a
+running `malleable serve` (its own Dask cluster, gloo training) on a sqlite job store, MLflow.
+
+``cluster-run`` deployed and run twice through the live service:
+* a jobs file with a job whose recipe raises → the flow run ends FAILED, and its summary artifact
+  names the failed job and the error;
+* a jobs file of good jobs → COMPLETED with its artifacts, an MLflow parent run whose nested job
+  runs are the service's (final_*, jct_s, tags of `malleable run`'s runs), summary metrics that
+  match the store (oracle: JCT and makespan from the store's own timestamps);
+then `malleable compare --last 2` puts the two service runs side by side, and `--submitter`
+selects the service's job runs and says what it found.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from service.store import JobStore
+from tests.recipe_sources import failing_forward_recipe
+from tests.test_prefect_deploy import BIN, ROOT, _free_port, _prefect, _stop, _wait_healthy
+from tests.test_service_system import PROFILE, ServiceProcess
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
+
+JOB = {"profile": "p", "min_batch": 32, "max_batch": 128, "max_gpus": 2}
+FAILING = {"profiles": {"p": PROFILE}, "jobs": [
+    {"id": "good", "workload": "mlp_tiny", "samples": 2048, **JOB},
+    {"id": "bad", "workload": "brokenrecipe:recipe", "samples": 2048, **JOB},
+]}  # fmt: skip
+PASSING = {"profiles": {"p": PROFILE}, "jobs": [
+    {"id": "long", "workload": "mlp_tiny", "samples": 12_288, **JOB},
+    {"id": "short", "workload": "mlp_tiny", "samples": 4096, "arrival_s": 1, **JOB},
+]}  # fmt: skip
+
+ARTIFACTS = """
+import asyncio, json, sys
+from uuid import UUID
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+async def main():
+    async with get_client() as client:
+        found = await client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[UUID(sys.argv[1])])))
+        print(json.dumps({a.key: a.data if isinstance(a.data, str) else json.dumps(a.data) for a in found if a.key}))
+
+asyncio.run(main())
+"""
+
+
+FLOW_STATE = """
+import asyncio, sys
+from uuid import UUID
+from prefect.client.orchestration import get_client
+
+async def main():
+    async with get_client() as client:
+        print((await client.read_flow_run(UUID(sys.argv[1]))).state.type.value)
+
+asyncio.run(main())
+"""
+
+
+def _deployment_run(env: dict[str, str], jobs: Path) -> tuple[str, str]:
+    """(final state, flow run id) of one `cluster-run` deployment run, watched to the end."""
+    run = subprocess.run(
+        [str(BIN / "prefect"), "deployment", "run", "cluster/cluster-run",
+         "--param", f"jobs_file={jobs}", "--param", "interval_s=2", "--watch", "--watch-timeout", "900"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=960,
+    )  # fmt: skip
+    flow_run = next(line.split("UUID:")[1].strip() for line in run.stdout.splitlines() if "UUID:" in line)
+    done = subprocess.run([sys.executable, "-c", FLOW_STATE, flow_run], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip().splitlines()[-1], flow_run
+
+
+def _artifacts(env: dict[str, str], flow_run: str) -> dict[str, str]:
+    done = subprocess.run([sys.executable, "-c", ARTIFACTS, flow_run], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_cluster_run_through_a_live_service_fails_on_a_failed_job_and_is_comparable_when_not(tmp_path):
+    import yaml
+
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes" / "brokenrecipe.py").write_text(failing_forward_recipe("broken", "boom in the user's forward"))
+    (tmp_path / "failing.yaml").write_text(yaml.safe_dump(FAILING))
+    (tmp_path / "passing.yaml").write_text(yaml.safe_dump(PASSING))
+    state, store_url = tmp_path / "state", f"sqlite:///{tmp_path / 'jobs.db'}"
+    port = _free_port()
+    api = f"http://127.0.0.1:{port}/api"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MALLEABLE_", "MLFLOW_"))}
+    env.update(
+        PREFECT_HOME=str(tmp_path / "prefect-home"), PREFECT_API_URL=api, PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        PREFECT_SERVER_API_PORT=str(port), PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", COLUMNS="250",
+        PYTHONPATH=os.pathsep.join([str(ROOT), str(tmp_path / "recipes")]),
+    )  # fmt: skip
+    # The service and the Prefect worker share the team's store and MLflow (here a state directory).
+    team = dict(env, MALLEABLE_JOB_STORE=store_url, MALLEABLE_STATE_DIR=str(state), MALLEABLE_WORKERS="2", MALLEABLE_EXPERIMENT="team", MALLEABLE_INTERVAL_S="2")
+    server = subprocess.Popen(
+        [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=tmp_path, env=env, stdout=open(tmp_path / "server.log", "w"), stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    service = worker = None
+    try:
+        # Hang checks, generous for a loaded 2-core machine: each start imports torch, prefect, mlflow.
+        _wait_healthy(api, server, limit_s=600)
+        _prefect(env, "work-pool", "create", "malleable-process", "--type", "process")
+        _prefect(env, "deploy", "--name", "cluster-run", timeout=600)
+        service = ServiceProcess(tmp_path, team)
+        service.wait_for_line("serving", timeout=600)
+        worker = subprocess.Popen(
+            [str(BIN / "prefect"), "worker", "start", "--pool", "malleable-process", "--type", "process", "--limit", "1"],
+            cwd=tmp_path, env=dict(team, MALLEABLE_HOME=str(ROOT)), stdout=open(tmp_path / "worker.log", "w"), stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+        failed_state, failed_run = _deployment_run(env, tmp_path / "failing.yaml")
+        log = (tmp_path / "worker.log").read_text()
+        assert failed_state == "FAILED", f"{failed_state}\n--- worker ---\n{log[-4000:]}\n--- service ---\n{service.output()[-3000:]}"
+        summary = _artifacts(env, failed_run)["cluster-summary"]
+        assert "job bad failed" in summary and "boom in the user's forward" in summary, summary
+        assert "| good | finished |" in summary, summary
+
+        passed_state, passed_run = _deployment_run(env, tmp_path / "passing.yaml")
+        log = (tmp_path / "worker.log").read_text()
+        assert passed_state == "COMPLETED", f"{passed_state}\n--- worker ---\n{log[-4000:]}\n--- service ---\n{service.output()[-3000:]}"
+        assert {"cluster-schedule", "cluster-results", "cluster-summary"} <= set(_artifacts(env, passed_run))
+    finally:
+        if worker is not None:
+            _stop(worker)
+        if service is not None:
+            service.kill_tree()
+        _stop(server)
+
+    # MLflow: one parent run per flow run, the service's job runs nested under it.
+    mlflow = MlflowClient(f"sqlite:///{state / 'mlflow.db'}")
+    exp = mlflow.get_experiment_by_name("team")
+    tagged = mlflow.search_runs([exp.experiment_id], "tags.`malleable.mode` = 'service'")
+    parents = [p for p in tagged if "mlflow.parentRunId" not in p.data.tags and "malleable.kind" not in p.data.tags]
+    by_status = {p.info.status: p for p in parents}
+    assert set(by_status) == {"FAILED", "FINISHED"}, [(p.info.run_name, p.info.status) for p in parents]
+    ok = by_status["FINISHED"]
+    children = mlflow.search_runs([exp.experiment_id], f"tags.`mlflow.parentRunId` = '{ok.info.run_id}'")
+    assert sorted(c.data.tags["malleable.name"] for c in children) == ["long", "short"]
+    store = JobStore(store_url, create=False)
+    rows = {r.name: r for r in store.jobs() if r.submitter == "cluster-flow:passing.yaml"}
+    for child in children:
+        row = rows[child.data.tags["malleable.name"]]
+        tags, metrics = child.data.tags, child.data.metrics
+        assert tags["malleable.mode"] == "service" and tags["malleable.policy"] == "elastic_dp" and child.info.status == "FINISHED"
+        assert metrics["jct_s"] == pytest.approx(row.finished_at - row.submitted_at, abs=1e-3)
+        assert metrics["final_steps"] == row.steps and metrics["final_loss"] == pytest.approx(row.final_loss)
+        assert metrics["final_samples_seen"] >= row.total_samples and metrics["gpu_seconds"] > 0
+    makespan = max(r.finished_at for r in rows.values()) - min(r.submitted_at for r in rows.values())
+    assert ok.data.metrics["makespan_s"] == pytest.approx(makespan, abs=1e-3)
+    assert ok.data.metrics["jobs_completed"] == 2 and 0 < ok.data.metrics["gpu_utilisation"] <= 1
+    assert ok.data.metrics["avg_jct_s"] == pytest.approx(sum(r.finished_at - r.submitted_at for r in rows.values()) / 2, abs=1e-3)
+    assert ok.data.params["capacity"] == "2"
+
+    look = dict(env, MALLEABLE_STATE_DIR=str(state), MALLEABLE_EXPERIMENT="team")
+    cli = [sys.executable, "-m", "flows.commands.cli", "compare"]
+    last = subprocess.run([*cli, "--last", "2", "--out", str(tmp_path / "last.png")], cwd=tmp_path, env=look, capture_output=True, text=True, timeout=300)
+    assert last.returncode == 0, last.stdout + last.stderr
+    assert "cluster-failing-service" in last.stdout and "cluster-passing-service" in last.stdout, last.stdout
+    picked = subprocess.run(
+        [*cli, "--submitter", "cluster-flow:passing.yaml", "--out", str(tmp_path / "picked.png")], cwd=tmp_path, env=look, capture_output=True, text=True, timeout=300
+    )
+    assert picked.returncode == 0, picked.stdout + picked.stderr
+    assert "jobs of cluster-flow:passing.yaml: 2 service job run(s) in experiment 'team' (2 finished)" in picked.stdout, picked.stdout

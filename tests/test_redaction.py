@@ -1,0 +1,111 @@
+"""Secrets in URLs: one helper (``service.redaction.redact_url``) hides them, and every print and
+log call of the code base that shows a store, tracking or checkpoint URL goes through it.
+
+The scan reads the source (``ast``) of every module of the product: each call that prints,
+logs, says, warns or fails is inspected, and every value it formats whose expression names a
+URL (``store_url``, ``job_store``, ``tracking_uri``, ``….url``, …) must be an argument of
+``redact_url`` (or of ``redact``, the store's name for it)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from service.redaction import has_secret, redact_url
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("allocator", "elastic_tasks", "flows", "service", "deploy")
+# Calls that put text in front of a person or into a log (Prefect's log_prints turns print into a log).
+_OUTPUT = re.compile(r"^(print|say|warn|fail|echo|_say|_notify|_warn|_off|notify|log\.\w+|logger\.\w+|logging\.\w+|console\.print|typer\.echo|self\.say|self\._say|self\._notify|self\._warn|[a-z_]+\.(warning|info|error|debug|exception))$")
+# An expression that holds a URL that may carry a password.
+_URLISH = re.compile(r"(store_url|job_store|tracking_uri|resolved_tracking_uri|resolved_job_store|\burl\b|\.url\b|_url\b|\buri\b|checkpoint_dir\b|checkpoint_root\b)")
+_REDACTORS = {"redact_url", "redact"}
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql+psycopg://malleable:p@ss@db.internal:5432/malleable", "postgresql+psycopg://malleable:***@db.internal:5432/malleable"),
+        ("http://alice:hunter2@mlflow.internal:5000", "http://alice:***@mlflow.internal:5000"),
+        ("s3://AKIAKEY:wJalrSECRET@bucket/malleable", "s3://AKIAKEY:***@bucket/malleable"),
+        ("postgresql+psycopg://u@db/x?password=hunter2&sslmode=require", "postgresql+psycopg://u@db/x?password=***&sslmode=require"),
+        ("https://mlflow.internal/?token=abc123", "https://mlflow.internal/?token=***"),
+        ("postgresql+psycopg://malleable@db.internal/malleable", "postgresql+psycopg://malleable@db.internal/malleable"),
+        ("sqlite:////srv/malleable/jobs.db", "sqlite:////srv/malleable/jobs.db"),
+        ("http://mlflow.malleable.svc:5000", "http://mlflow.malleable.svc:5000"),
+    ],
+)
+def test_redact_url_hides_passwords_and_secret_parameters_only(url, shown):
+    assert redact_url(url) == shown
+    assert has_secret(url) == (url != shown)
+
+
+def _call_name(node: ast.Call) -> str:
+    return ast.unparse(node.func)
+
+
+def _unredacted(expr: ast.AST) -> list[str]:
+    """Sub-expressions of ``expr`` that name a URL and are not inside a redacting call."""
+    if isinstance(expr, ast.Call):
+        name = _call_name(expr).split(".")[-1]
+        if name in ("str", "repr", "format"):
+            return [x for a in expr.args for x in _unredacted(a)]
+        return []  # redact_url(url), or a function of a URL (Path(url).name): not the URL itself
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Call):
+        return [ast.unparse(expr)] if _URLISH.search("." + expr.attr) else []
+    if isinstance(expr, (ast.Name, ast.Attribute, ast.Subscript)):
+        text = ast.unparse(expr)
+        return [text] if _URLISH.search(text) else []
+    return [x for child in ast.iter_child_nodes(expr) for x in _unredacted(child)]
+
+
+def _formatted(arg: ast.AST) -> list[ast.AST]:
+    """The values an argument formats into the text (f-string fields, %/+ operands, the value itself)."""
+    if isinstance(arg, ast.JoinedStr):
+        return [v.value for v in arg.values if isinstance(v, ast.FormattedValue)]
+    if isinstance(arg, ast.BinOp):
+        return _formatted(arg.left) + _formatted(arg.right)
+    if isinstance(arg, ast.Constant):
+        return []
+    return [arg]
+
+
+def output_leaks(source: str) -> list[tuple[int, str]]:
+    """(line, expression) for every URL an output call shows unredacted."""
+    leaks = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and _OUTPUT.match(_call_name(node)):
+            for arg in [*node.args, *(k.value for k in node.keywords)]:
+                for value in _formatted(arg):
+                    leaks += [(node.lineno, text) for text in _unredacted(value)]
+            continue
+        if isinstance(node, ast.Raise) and node.exc is not None:
+            # An error's message is printed by the CLI and logged by Prefect.
+            for call in [n for n in ast.walk(node.exc) if isinstance(n, ast.Call)][:1]:
+                for arg in call.args:
+                    for value in _formatted(arg):
+                        leaks += [(node.lineno, text) for text in _unredacted(value)]
+    return sorted(leaks)
+
+
+def test_the_scan_finds_what_it_claims():
+    leaky = (
+        "def f(store_url, settings):\n"
+        "    print(f'submitted to the service at {store_url}')\n"
+        "    log.warning('tracking at %s', settings.tracking_uri)\n"
+        "    raise StoreError(f'job store URL {url!r}: bad')\n"
+        "    say(f'serving {redact(self.store.url)}')\n"
+        "    print(f'ok at {redact_url(store_url)}: {Path(store_url).name}')\n"
+    )
+    assert [line for line, _ in output_leaks(leaky)] == [2, 3, 4]
+
+
+def test_no_print_or_log_shows_an_unredacted_url():
+    leaks = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            leaks += [f"{path.relative_to(ROOT)}:{line}: {expr}" for line, expr in output_leaks(path.read_text(encoding="utf-8"))]
+    assert leaks == []
