@@ -21,7 +21,7 @@ from allocator.goodput import NoiseModel
 from allocator.loop import LoopResult, LoopSettings, StepReport, run_loop
 from allocator.policies import make_policy
 from elastic_tasks.cluster import gpu_workers, warm_up_trainer
-from elastic_tasks.recipe import resolve_workload
+from elastic_tasks.workloads import resolve_workload
 from elastic_tasks.executor import DaskExecutor, JobSettings, WallClock
 from service.feed import StoreFeed
 from service.fence import fence
