@@ -170,6 +170,9 @@ class GradientNoiseProbe:
 
     def begin_step(self, model: torch.nn.Module, world: int, micro_batches: int) -> bool:
         """Decide whether this step is sampled, and how; returns whether it is."""
+        for handle in self._handles:  # left by a step that failed half-way (a collective failure)
+            handle.remove()
+        self._handles = []
         self._micro, self._small, self._local, self._local_samples = 0, None, [], 0
         self._mode = None
         if not self.schedule.due():
