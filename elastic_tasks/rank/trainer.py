@@ -333,7 +333,8 @@ class _Rank:
         # Loss and hits add up on the device and are read once, after the step (no sync per micro-batch).
         loss_sum = correct = torch.zeros((), dtype=torch.float32, device=self.device)
         self.local_clock.start()
-        self.noise.begin_step(ddp.module, self.world, len(chunks))
+        if self.config.noise_probe:
+            self.noise.begin_step(ddp.module, self.world, len(chunks))
         if self.spec.delay_s:
             time.sleep(self.spec.delay_s)
         for i, (a, b) in enumerate(chunks):
