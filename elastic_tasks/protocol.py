@@ -55,6 +55,7 @@ class TrainConfig:
     evaluate: bool = True
     straggler_alpha: float = 0.1
     straggler_threshold: float = 0.8
+    noise_probe: bool = True  # measure the gradient noise scale (goodput_dp reads it); off only to measure its cost
 
     def __post_init__(self) -> None:
         _int("global_batch", self.global_batch, 1)

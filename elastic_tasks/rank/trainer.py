@@ -32,6 +32,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from elastic_tasks.rank import step as steps
 from elastic_tasks.rank.agreement import Agreed, Agreement, StepOutcome
+from elastic_tasks.rank.checkpoint_writer import CheckpointWriter
+from elastic_tasks.rank.step_clock import LocalClock
 from elastic_tasks.board import EventKind, JobBoard, JobStatus, RankEvent
 from elastic_tasks.rank.collective import CollectiveFailure, HookWitness, collective
 from elastic_tasks.rank.plan_watcher import Courier as _Courier
@@ -115,6 +117,8 @@ class _Rank:
         self.agreement: Agreement | None = None  # this generation's end-of-step agreements
         self.noise = GradientNoiseProbe()  # gradient noise scale for goodput (issue 14)
         self.witness = HookWitness()  # tells a failed gradient allreduce from the recipe's own errors
+        self.checkpoints = CheckpointWriter()  # rank 0's periodic checkpoints, off the step loop
+        self.local_clock = LocalClock(self.device)  # straggler timing: CUDA events on a GPU
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -164,6 +168,7 @@ class _Rank:
         with collective(f"rendezvous of generation {plan.version}"):
             self._form_group(plan)
         if plan.source == FROM_CHECKPOINT:
+            self.checkpoints.wait()
             self.state.load(self.config.checkpoint_dir)  # type: ignore[arg-type]
         elif plan.source is not None:
             with collective(f"state broadcast of generation {plan.version}"):
@@ -219,6 +224,7 @@ class _Rank:
                 dist.destroy_process_group()
 
     def _leave(self, plan: Plan, t_stop: float) -> RankResult:
+        self.checkpoints.wait()  # what the loop saved is on disk before anyone is told it stopped
         if plan.kind == PlanKind.CHECKPOINT_STOP and self.rank == 0 and self.plan is not None:
             self.state.save(self.config.checkpoint_dir)  # type: ignore[arg-type]
         if self.rank == 0 and self.plan is not None and plan.kind in (PlanKind.STOP, PlanKind.CHECKPOINT_STOP):
@@ -231,6 +237,7 @@ class _Rank:
         # Sharded: every rank takes part, so while the group lives; else rank 0 alone, after it.
         evaluation = self._evaluate() if evaluating and self.recipe.eval_sharded else None
         self._drop_group()
+        self.checkpoints.wait()
         if self.rank == 0:
             self.state.meta = dataclasses.replace(self.state.meta, finished=True)
             if self.config.checkpoint_dir is not None:
@@ -283,7 +290,7 @@ class _Rank:
             plan = self._agree(self._step())
             cfg = self.config
             if cfg.checkpoint_every and self.rank == 0 and self.state.meta.step % cfg.checkpoint_every == 0:
-                self.state.save(cfg.checkpoint_dir)  # type: ignore[arg-type]
+                self.checkpoints.save(self.state, cfg.checkpoint_dir)  # type: ignore[arg-type]
             if plan is not None:
                 self._settle()
                 if plan.kind == PlanKind.BATCH and self.plan is not None and plan.members == self.plan.members:
@@ -323,8 +330,11 @@ class _Rank:
         # DDP averages gradients over ranks; scaling the local sum by world/batch makes the
         # update sum(all losses)/global_batch whatever the split.
         scale = self.world / batch
-        loss_sum = correct = 0.0
-        t_local, local_time = time.perf_counter(), 0.0
+        # Loss and hits add up on the device and are read once, after the step (no sync per micro-batch).
+        loss_sum = correct = torch.zeros((), dtype=torch.float32, device=self.device)
+        self.local_clock.start()
+        if self.config.noise_probe:
+            self.noise.begin_step(ddp.module, self.world, len(chunks))
         if self.spec.delay_s:
             time.sleep(self.spec.delay_s)
         for i, (a, b) in enumerate(chunks):
@@ -336,18 +346,21 @@ class _Rank:
                 n = b - a
                 if last:
                     # Local work ends where the gradient allreduce (waiting for peers) begins.
-                    local_time = time.perf_counter() - t_local
+                    self.local_clock.stop()
                 steps.backward(loss.float() * (n * scale), scaler)
                 self.noise.after_micro(ddp.module, n, scale, self.world)
-            loss_sum += float(loss.detach()) * n
-            correct += float(hits) if hits is not None else 0.0
-        self.noise.finish_step(ddp.module, batch, self.world)
+            loss_sum = loss_sum + loss.detach().float() * n
+            if hits is not None:
+                correct = correct + (hits.detach().float() if isinstance(hits, torch.Tensor) else float(hits))
+        # GradScaler's scale as a tensor: the probe divides it out on the device, without reading it.
+        self.noise.finish_step(ddp.module, batch, self.world, loss_scale=getattr(scaler, "_scale", None) if scaler is not None else None)
         with lrs.scaled_lrs(self.state.optimizer, lr_factor) as applied:
             steps.optimizer_step(self.state.optimizer, self.state.model, scaler, recipe.clip_grad_norm)
         lrs.after_step(self.state.scheduler)
         self.state.meta = dataclasses.replace(meta, step=meta.step + 1, samples_seen=meta.samples_seen + batch)
-        throughput = len(local) / max(local_time, 1e-9)
+        throughput = len(local) / max(self.local_clock.seconds(), 1e-9)
         clock = self.evaluation.schedule.clock() if self.rank == 0 else 0.0
+        loss_sum, correct = torch.stack([loss_sum, correct]).tolist()  # the step's one read of its loss
         return StepOutcome(meta.step, loss_sum, correct, len(local), throughput, batch, applied[0], t0, cpu0, applied, clock)
 
     def _agree(self, outcome: StepOutcome) -> Plan | None:
