@@ -46,6 +46,13 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     raise typer.Exit(code)
 
 
+def print_raw(text: str) -> None:
+    """``text`` on stdout as is: tab-separated lines stay tab-separated (rich would expand the
+    tabs to spaces and break ``cut -f1``)."""
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
 def warn(message: str) -> None:
     """Print one yellow line on stderr; the command goes on."""
     err_console.print(f"[bold yellow]warning:[/] {message}", markup=True, highlight=False, soft_wrap=True)
