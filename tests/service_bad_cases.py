@@ -50,7 +50,7 @@ def service_cases(c: Callable[..., object], mlp: str, jobs_file: Path) -> tuple:
         c("submit-entry-empty", ["submit", "", "--samples", "100"], "ENTRYPOINT=''"),
         c("submit-entry-colon", "submit : --samples 100", "ENTRYPOINT=':'"),
         c("submit-entry-space", ["submit", "a b:c", "--samples", "100"], "ENTRYPOINT='a b:c'"),
-        c("submit-entry-dash", ["submit", "-x:y", "--samples", "100"], "-x"),
+        c("submit-entry-digit", "submit 9lives:f --samples 100", "ENTRYPOINT='9lives:f'"),
         c("submit-entry-two-colons", "submit a:b:c --samples 100", "ENTRYPOINT='a:b:c'"),
         c("submit-entry-missing-module", "submit i28_no_such_pkg.mod:fn --samples 100", "ENTRYPOINT='i28_no_such_pkg.mod:fn'", "i28_no_such_pkg"),
         c("submit-entry-missing-submodule", "submit elastic_tasks.i28_nope:fn --samples 100", "elastic_tasks.i28_nope"),

@@ -87,11 +87,14 @@ def test_three_sigterms_stop_at_once_and_leave_the_store_consistent(service_env)
     assert rc == 130, out
     assert "stopping at once" in out, out
     # Not "running" in the store with no service: suspended, to resume from its last checkpoint;
-    # the lease is free, so a new service starts without waiting out a TTL.
+    # the lease released (not merely expired with its process).
     assert store.job(job).state is JobState.SUSPENDED, out
-    from service.lease import Lease
+    from sqlalchemy import select
 
-    assert Lease(store, 10.0).acquire() is not None
+    from service import schema
+
+    with store.engine.connect() as conn:
+        assert conn.execute(select(schema.lease.c.holder)).scalar() is None
 
 
 def test_a_sigterm_in_the_first_instant_is_handled(service_env):

@@ -167,7 +167,7 @@ def cancel(
 ) -> None:
     """Cancel jobs: a queued one at once, a running one when the service stops it."""
     from service.client import ServiceClient
-    from service.store import NotOwnerError, UnknownJobError
+    from service.store import NotOwnerError, StorePermissionError, UnknownJobError
 
     settings = settings_or_fail()
     store = _read_store(settings)
@@ -188,7 +188,10 @@ def cancel(
                 fail(f"{exc} (nothing was cancelled)")
     lines = []
     for job_id in job_ids:
-        row = client.cancel(job_id, force=force)
+        try:
+            row = client.cancel(job_id, force=force)
+        except StorePermissionError as exc:
+            fail(str(exc))
         lines.append(f"{job_id}\t{row.state.value}" + ("\t(cancel requested)" if not row.state.terminal else "") + "\n")
     print_raw("".join(lines))
 

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from click.core import ParameterSource
 
 from flows.commands.common import settings_or_fail, store_or_fail
 from flows.commands.console import err_console, fail, print_raw
@@ -85,7 +84,7 @@ def _submit_file(file: Path, key: str | None, settings) -> None:
     from flows.config.jobfile import load_jobs_file
     from service.client import ServiceClient
     from service.jobspec import check_samples
-    from service.store import IdempotencyConflict
+    from service.store import IdempotencyConflict, StorePermissionError
 
     try:
         specs = load_jobs_file(file).jobs
@@ -102,7 +101,7 @@ def _submit_file(file: Path, key: str | None, settings) -> None:
     client = ServiceClient(store_or_fail(settings))
     try:
         done = client.submit_specs(specs, key_prefix=key)
-    except IdempotencyConflict as exc:
+    except (IdempotencyConflict, StorePermissionError) as exc:
         fail(str(exc))
     # Raw tab-separated lines (not through rich, which turns tabs into spaces): `cut -f1` works.
     print_raw("".join(f"{s.job_id}\t{spec.id}" + ("" if s.created else "\t(already submitted)") + "\n" for spec, s in zip(specs, done, strict=True)))
@@ -133,7 +132,8 @@ def submit(
     if key is not None and not 1 <= len(key) <= 200:
         fail(f"--key={key[:40]!r}: must be 1 to 200 characters")
     if file is not None:
-        given = [n for n in _JOB_FLAGS if ctx.get_parameter_source(n) is ParameterSource.COMMANDLINE]
+        # By the source's name: typer vendors its own click, whose enum is not click's.
+        given = [n for n in _JOB_FLAGS if getattr(ctx.get_parameter_source(n), "name", None) == "COMMANDLINE"]
         if given:
             flag = "--" + given[0].replace("_", "-")
             fail(f"{flag}={ctx.params[given[0]]!s}: describes one job and cannot go with --file={str(file)!r} (put it in the jobs file)")
@@ -146,7 +146,7 @@ def submit(
     from allocator.profile_io import profile_to_dict
     from service.client import ServiceClient
     from service.jobspec import validate_entry
-    from service.store import IdempotencyConflict
+    from service.store import IdempotencyConflict, StorePermissionError
 
     found, note = _profile_for(entrypoint, profile, settings)
     entry: dict = {
@@ -160,7 +160,7 @@ def submit(
     store = store_or_fail(settings)  # only now: a rejected job leaves no store behind
     try:
         submitted = ServiceClient(store).submit(entry, name=name, idempotency_key=key)
-    except (ValueError, IdempotencyConflict) as exc:
+    except (ValueError, IdempotencyConflict, StorePermissionError) as exc:
         fail(str(exc).replace("(jobs[0])", "").strip())
     if note is not None and submitted.created:
         # stderr: stdout is the job id alone (`id=$(malleable submit ...)`).
