@@ -33,12 +33,28 @@ class RescaleCost:
     start_s: float = 0.0
     in_place: bool = True
     batch_s: float = BATCH_CHANGE_S
+    checkpoint_s: float = 0.0  # seconds one checkpoint write holds the job's steps (measured: sim_vs_real_bench --calibrate)
+    checkpoint_every: int = 0  # steps between two writes (0: the job writes none)
 
     def __post_init__(self) -> None:
-        for name in ("in_place_s", "restart_s", "start_s", "batch_s"):
+        for name in ("in_place_s", "restart_s", "start_s", "batch_s", "checkpoint_s"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise ValueError(f"RescaleCost.{name}={value!r}: must be a finite number >= 0")
+        if not (isinstance(self.checkpoint_every, int) and not isinstance(self.checkpoint_every, bool) and self.checkpoint_every >= 0):
+            raise ValueError(f"RescaleCost.checkpoint_every={self.checkpoint_every!r}: must be an integer >= 0")
+
+    @property
+    def checkpoint_per_step_s(self) -> float:
+        """A checkpoint write's seconds spread over the steps between two writes."""
+        return self.checkpoint_s / self.checkpoint_every if self.checkpoint_every else 0.0
+
+
+def checkpointed_rate(spec: JobSpec, share: Share, cost: RescaleCost) -> float:
+    """Samples/s on ``share`` with the checkpoint writes' time spread over the steps: B / (t_step + c)."""
+    rate = throughput(spec.profile, share.batch, share.gpus, share.accum_steps)
+    extra = cost.checkpoint_per_step_s
+    return rate if rate <= 0 or extra == 0 else share.batch / (share.batch / rate + extra)
 
 
 def classify(before: Share | None, after: Share | None, cost: RescaleCost) -> tuple[RescaleKind, float]:
@@ -108,7 +124,7 @@ class SimExecutor:
             cost = self._cost(job_id)
             kind, lost = classify(before, after, cost)
             state.paused_until = now + lost
-            state.rate = throughput(state.spec.profile, after.batch, after.gpus, after.accum_steps) if after is not None else 0.0
+            state.rate = checkpointed_rate(state.spec, after, cost) if after is not None else 0.0
             state.version += 1
             self._push(state)
             events.append(RescaleEvent(now, job_id, before, after, kind, cost_s=lost, measured=False))
