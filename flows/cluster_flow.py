@@ -30,6 +30,7 @@ from deploy.clusters import connect
 from elastic_tasks.cluster import warm_up
 from elastic_tasks.coordinator.job import JobCoordinator
 from elastic_tasks.executor import JobSettings
+from allocator.wall_split import WallSplit
 from elastic_tasks.coordinator.outcomes import JobResult
 from elastic_tasks.recipe import load_entry_point, resolve_workload
 from flows.commands.interrupts import on_interrupt
@@ -68,6 +69,7 @@ class ClusterOutcome:
     wall_s: float
     job_results: Mapping[str, JobResult]  # what the trainer measured, per job (empty: a running service trained them)
     service_jobs: tuple[JobRow, ...] = ()  # the jobs as a running service's store holds them
+    wall_splits: Mapping[str, WallSplit] = dataclasses.field(default_factory=dict)  # per finished job: where its wall time went
 
     @property
     def unfinished(self) -> list[str]:
@@ -281,7 +283,18 @@ def cluster_flow(
         params=extra, measured=measured_jobs(results, result, start_ms), live=live.runs,
     )  # fmt: skip
     title = f"{Path(jobs_file).name} on {len(available)} {settings.cluster.value} GPU workers under {chosen}"
-    return _published(ClusterOutcome(result, recorded, wall_s, results), title)
+    return _published(ClusterOutcome(result, recorded, wall_s, results, wall_splits=stored_splits(f"sqlite:///{run_dir / 'jobs.db'}")), title)
+
+
+def stored_splits(store_url: str) -> dict[str, WallSplit]:
+    """Each job's wall split as its service recorded it in the store, by the job's name (the jobs file's id)."""
+    from service.store import JobStore
+
+    store = JobStore(store_url, create=False)
+    try:
+        return {r.name: WallSplit.from_dict(r.wall_split) for r in store.jobs() if r.wall_split}
+    finally:
+        store.close()
 
 
 def _published(outcome: ClusterOutcome, title: str) -> ClusterOutcome:

@@ -19,6 +19,7 @@ from distributed import Client
 from allocator.admission import OverflowMode
 from allocator.goodput import NoiseModel
 from allocator.loop import LoopResult, LoopSettings, StepReport, run_loop
+from allocator.measured import TrustSettings
 from allocator.policies import make_policy
 from elastic_tasks.cluster import gpu_workers, warm_up_trainer
 from elastic_tasks.recipe import resolve_workload
@@ -49,6 +50,7 @@ class ServiceConfig:
     lease_ttl_s: float = 10.0
     tracking_uri: str | None = None
     experiment: str = "malleable"
+    trust_measurements: bool = True  # the loop trusts what jobs measured over the model (allocator.measured)
 
     def __post_init__(self) -> None:
         for name in ("interval_s", "poll_s", "progress_s", "collective_timeout_s", "lease_ttl_s"):
@@ -140,7 +142,10 @@ class Service:
             feed = StoreFeed(self.store, self.stopping, cfg.poll_s, resume, on_poll=heartbeat)
             self.lease_watch = threading.Thread(target=self._watch_lease, daemon=True, name="malleable-lease-watch")
             self.lease_watch.start()
-            loop_settings = LoopSettings(interval_s=cfg.interval_s, overflow=cfg.overflow, strict_fifo=cfg.strict_fifo, react_to_events=cfg.react)
+            loop_settings = LoopSettings(
+                interval_s=cfg.interval_s, overflow=cfg.overflow, strict_fifo=cfg.strict_fifo, react_to_events=cfg.react,
+                trust=TrustSettings() if cfg.trust_measurements else None,
+            )  # fmt: skip
             self.say(f"serving {redact(self.store.url)} with {cfg.policy} on {len(gpu_workers(self.client))} GPU worker(s)")
             self.result = run_loop(
                 feed, policy, lambda: len(gpu_workers(self.client)), clock, executor, loop_settings,
