@@ -20,7 +20,7 @@ import argparse
 import json
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 
@@ -58,7 +58,7 @@ def run_growth(
     prior = prior_profile(entry)
     specs = [
         JobSpec(id="job-a", workload=entry, total_samples=samples_a, min_batch=32, max_batch=max_batch, max_gpus=2, profile=prior),
-        JobSpec(id="job-b", workload=entry, total_samples=samples_b, min_batch=32, max_batch=max_batch, max_gpus=2, profile=prior, arrival_time=b_arrival_s),
+        JobSpec(id="job-b", workload=entry, total_samples=samples_b, min_batch=32, max_batch=max_batch, max_gpus=2, profile=prior),
     ]
     config = ServiceConfig(
         store_url=f"sqlite:///{workdir / 'jobs.db'}", checkpoint_root=str(workdir / "checkpoints"), interval_s=interval_s,
@@ -69,7 +69,14 @@ def run_growth(
 
         warm_up(client, entry)
         with EmbeddedService(config, client) as service:
-            ids = service.submit_at_arrivals(specs, key_prefix=f"growth-{time.time_ns()}")
+            # B's arrival counts from A's start: the service may take a while to begin its loop.
+            key = f"growth-{time.time_ns()}"
+            ids = service.submit_at_arrivals(specs[:1], key_prefix=key)
+            deadline = time.monotonic() + 600
+            while service.service.store.job(ids["job-a"]).state.value != "running" and time.monotonic() < deadline:
+                service.wait([], timeout_s=None)  # checks the service is alive and relays its reports
+                time.sleep(0.2)
+            ids |= service.submit_at_arrivals([replace(specs[1], arrival_time=b_arrival_s)], key_prefix=key)
             service.wait(list(ids.values()), timeout_s=1800)
             store = service.service.store
             rows = {r.name: r for r in store.jobs(ids=list(ids.values()))}
