@@ -74,7 +74,6 @@ def run_growth(
             ids = service.submit_at_arrivals(specs[:1], key_prefix=key)
             deadline = time.monotonic() + 600
             while service.service.store.job(ids["job-a"]).state.value != "running" and time.monotonic() < deadline:
-                service.wait([], timeout_s=None)  # checks the service is alive and relays its reports
                 time.sleep(0.2)
             ids |= service.submit_at_arrivals([replace(specs[1], arrival_time=b_arrival_s)], key_prefix=key)
             service.wait(list(ids.values()), timeout_s=1800)
