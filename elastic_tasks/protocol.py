@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 
+from allocator.wall_split import PhaseInterval
+
 # ``Plan.source`` value meaning: every member loads the last checkpoint from disk.
 FROM_CHECKPOINT = "<checkpoint>"
 
@@ -207,3 +209,4 @@ class RankResult:
     eval: EvalResult | None = None
     step_time_s: float = 0.0  # median wall time per step in this rank's last generation
     evals: tuple[EvalResult, ...] = ()  # periodic evaluations this rank took part in (recipe.eval_every)
+    wall: tuple[PhaseInterval, ...] = ()  # where this rank's wall time went (allocator.wall_split)

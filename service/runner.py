@@ -19,6 +19,7 @@ from distributed import Client
 from allocator.admission import OverflowMode
 from allocator.goodput import NoiseModel
 from allocator.loop import LoopResult, LoopSettings, StepReport, run_loop
+from allocator.measured import TrustSettings
 from allocator.policies import make_policy
 from elastic_tasks.cluster import gpu_workers, warm_up_trainer
 from elastic_tasks.workloads import resolve_workload
@@ -51,6 +52,7 @@ class ServiceConfig:
     experiment: str = "malleable"
     # MALLEABLE_ALLOWED_ENTRYPOINTS as patterns; None: any module may run.
     allowed_entrypoints: tuple[str, ...] | None = None
+    trust_measurements: bool = True  # the loop trusts what jobs measured over the model (allocator.measured)
 
     def __post_init__(self) -> None:
         for name in ("interval_s", "poll_s", "progress_s", "collective_timeout_s", "lease_ttl_s"):
@@ -153,14 +155,17 @@ class Service:
             )
             recorder = StoreRecorder(
                 self.store, tracking, self.checkpoint_dir, lambda j: executor.jobs[j].board_id if j in executor.jobs else None, self.say,
-                result_of=executor.results.get,
+                result_of=executor.results.get, rates=executor,
             )  # fmt: skip
             tracking.service_started({"policy": cfg.policy, "interval_s": str(cfg.interval_s), "scheduler": self.client.scheduler.address})
             heartbeat = _Heartbeat(self.store, executor, tracking, self.client, cfg.progress_s)
             feed = StoreFeed(self.store, self.stopping, cfg.poll_s, resume, on_poll=heartbeat, allowed=cfg.allowed_entrypoints)
             self.lease_watch = threading.Thread(target=self._watch_lease, daemon=True, name="malleable-lease-watch")
             self.lease_watch.start()
-            loop_settings = LoopSettings(interval_s=cfg.interval_s, overflow=cfg.overflow, strict_fifo=cfg.strict_fifo, react_to_events=cfg.react)
+            loop_settings = LoopSettings(
+                interval_s=cfg.interval_s, overflow=cfg.overflow, strict_fifo=cfg.strict_fifo, react_to_events=cfg.react,
+                trust=TrustSettings() if cfg.trust_measurements else None,
+            )  # fmt: skip
             self.say(f"serving {redact(self.store.url)} with {cfg.policy} on {len(gpu_workers(self.client))} GPU worker(s)")
             self.result = run_loop(
                 feed, policy, lambda: len(gpu_workers(self.client)), clock, executor, loop_settings,

@@ -111,7 +111,7 @@ def _row(r) -> JobRow:
         error=r.error, checkpoint_dir=r.checkpoint_dir, mlflow_run_id=r.mlflow_run_id, board_id=r.board_id,
         gpus=r.gpus, batch=r.batch, samples_done=r.samples_done, total_samples=r.total_samples, attempts=r.attempts,
         cancel_requested=r.cancel_requested, steps=r.steps, first_loss=r.first_loss, final_loss=r.final_loss,
-        eval_loss=r.eval_loss, mlflow_parent_run_id=r.mlflow_parent_run_id,
+        eval_loss=r.eval_loss, mlflow_parent_run_id=r.mlflow_parent_run_id, wall_split=json.loads(r.wall_split) if r.wall_split else None,
     )  # fmt: skip
 
 
@@ -170,17 +170,17 @@ class JobStore:
         with self.engine.begin() as conn:
             # Another process may have upgraded it meanwhile: re-read under the transaction.
             current = int(conn.execute(select(schema.meta.c.value).where(schema.meta.c.key == "schema_version")).scalar())
-            have = {c["name"] for c in inspect(conn).get_columns(schema.jobs.name)}
-            for v in range(current + 1, schema.SCHEMA_VERSION + 1):
-                for name in schema.ADDED_COLUMNS.get(v, ()):
-                    if name in have:
-                        continue
-                    column = schema.jobs.c[name]
-                    kind = column.type.compile(dialect=conn.dialect)
-                    # PostgreSQL: a second process upgrading at the same moment waits on the table
-                    # lock, then finds the column there.
-                    exists = " IF NOT EXISTS" if conn.dialect.name == "postgresql" else ""
-                    conn.exec_driver_sql(f"ALTER TABLE {schema.jobs.name} ADD COLUMN{exists} {name} {kind}")
+            for table, added in ((schema.jobs, schema.ADDED_COLUMNS), (schema.allocations, schema.ADDED_ALLOCATION_COLUMNS)):
+                have = {c["name"] for c in inspect(conn).get_columns(table.name)}
+                for v in range(current + 1, schema.SCHEMA_VERSION + 1):
+                    for name in added.get(v, ()):
+                        if name in have:
+                            continue
+                        kind = table.c[name].type.compile(dialect=conn.dialect)
+                        # PostgreSQL: a second process upgrading at the same moment waits on the table
+                        # lock, then finds the column there.
+                        exists = " IF NOT EXISTS" if conn.dialect.name == "postgresql" else ""
+                        conn.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN{exists} {name} {kind}")
             conn.execute(update(schema.meta).where(schema.meta.c.key == "schema_version").values(value=str(schema.SCHEMA_VERSION)))
         return str(schema.SCHEMA_VERSION)
 
@@ -311,7 +311,9 @@ class JobStore:
     def allocations(self, job_id: str) -> list[AllocationRow]:
         query = select(schema.allocations).where(schema.allocations.c.job_id == job_id).order_by(schema.allocations.c.seq)
         with self.engine.connect() as conn:
-            return [AllocationRow(r.job_id, r.time, r.gpus, r.batch, r.kind) for r in conn.execute(query)]
+            return [
+                AllocationRow(r.job_id, r.time, r.gpus, r.batch, r.kind, r.predicted_samples_per_s, r.measured_samples_per_s) for r in conn.execute(query)
+            ]
 
     # -- the service -----------------------------------------------------------------------------
 
@@ -350,10 +352,21 @@ class JobStore:
         if not rows:
             return
         with self.engine.begin() as conn:
-            conn.execute(insert(schema.allocations), [dict(job_id=r.job_id, time=r.time, gpus=r.gpus, batch=r.batch, kind=r.kind) for r in rows])
+            conn.execute(
+                insert(schema.allocations),
+                [dict(job_id=r.job_id, time=r.time, gpus=r.gpus, batch=r.batch, kind=r.kind, predicted_samples_per_s=r.predicted_samples_per_s) for r in rows],
+            )
             c = schema.jobs.c
             query = update(schema.jobs).where(c.id == bindparam("job_id")).values(gpus=bindparam("g"), batch=bindparam("b"), updated_at=bindparam("t"))
             conn.execute(query, [{"job_id": r.job_id, "g": r.gpus, "b": r.batch, "t": r.time} for r in rows])
+
+    def record_measured_rate(self, job_id: str, samples_per_s: float) -> None:
+        """The samples/s the job's current generation (its latest allocation row) measured."""
+        a = schema.allocations
+        with self.engine.begin() as conn:
+            latest = conn.execute(select(a.c.seq).where(a.c.job_id == job_id).order_by(a.c.seq.desc()).limit(1)).scalar()
+            if latest is not None:
+                conn.execute(update(a).where(a.c.seq == latest).values(measured_samples_per_s=samples_per_s))
 
     def record_progress(self, progress: dict[str, float]) -> None:
         if not progress:

@@ -30,12 +30,28 @@ class RescaleCost:
     start_s: float = 0.0
     in_place: bool = True
     batch_s: float = BATCH_CHANGE_S
+    checkpoint_s: float = 0.0  # seconds one checkpoint write holds the job's steps (measured: sim_vs_real_bench --calibrate)
+    checkpoint_every: int = 0  # steps between two writes (0: the job writes none)
 
     def __post_init__(self) -> None:
-        for name in ("in_place_s", "restart_s", "start_s", "batch_s"):
+        for name in ("in_place_s", "restart_s", "start_s", "batch_s", "checkpoint_s"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise ValueError(f"RescaleCost.{name}={value!r}: must be a finite number >= 0")
+        if not (isinstance(self.checkpoint_every, int) and not isinstance(self.checkpoint_every, bool) and self.checkpoint_every >= 0):
+            raise ValueError(f"RescaleCost.checkpoint_every={self.checkpoint_every!r}: must be an integer >= 0")
+
+    @property
+    def checkpoint_per_step_s(self) -> float:
+        """A checkpoint write's seconds spread over the steps between two writes."""
+        return self.checkpoint_s / self.checkpoint_every if self.checkpoint_every else 0.0
+
+
+def checkpointed_rate(spec: JobSpec, share: Share, cost: RescaleCost) -> float:
+    """Samples/s on ``share`` with the checkpoint writes' time spread over the steps: B / (t_step + c)."""
+    rate = throughput(spec.profile, share.batch, share.gpus, share.accum_steps)
+    extra = cost.checkpoint_per_step_s
+    return rate if rate <= 0 or extra == 0 else share.batch / (share.batch / rate + extra)
 
 
 def classify(before: Share | None, after: Share | None, cost: RescaleCost) -> tuple[RescaleKind, float]:
@@ -54,6 +70,7 @@ def classify(before: Share | None, after: Share | None, cost: RescaleCost) -> tu
 @dataclass(slots=True)
 class _JobState:
     spec: JobSpec
+    cost: RescaleCost  # what a change and a checkpoint write cost this job
     done: float = 0.0  # samples, as of ``since``
     since: float = 0.0
     paused_until: float = 0.0
@@ -70,7 +87,7 @@ class _JobState:
         self.since = max(t, self.since)
 
     def run(self, share: Share | None) -> None:
-        self.rate = throughput(self.spec.profile, share.batch, share.gpus, share.accum_steps) if share is not None else 0.0
+        self.rate = checkpointed_rate(self.spec, share, self.cost) if share is not None else 0.0
 
     def finish_time(self) -> float | None:
         if self.rate <= 0:
@@ -88,7 +105,7 @@ class SimExecutor(ModelledCluster[_JobState]):
         self._costs = dict(costs or {})
 
     def _new_job(self, spec: JobSpec, now: float) -> _JobState:
-        return _JobState(spec=spec, since=now, paused_until=now)
+        return _JobState(spec=spec, cost=self._costs.get(spec.id, self._default), since=now, paused_until=now)
 
     def _change_cost(self, job_id: str, before: Share | None, after: Share | None) -> tuple[RescaleKind, float]:
         return classify(before, after, self._costs.get(job_id, self._default))

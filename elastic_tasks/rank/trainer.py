@@ -59,6 +59,7 @@ from elastic_tasks.rank.scaling import accumulation_steps, initial_lr, micro_bat
 from elastic_tasks.rank.sharding import EpochSampler, rank_slice
 from elastic_tasks.rank.state import ElasticState, TrainMeta, has_checkpoint, read_meta
 from elastic_tasks.rank.straggler import StragglerDetector
+from elastic_tasks.rank.wall_split import Phase, WallTimeline
 from elastic_tasks.coordinator.timeouts import RECOVERY_POLL_S, plan_wait_s
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,8 @@ def run_rank(spec: RankSpec) -> RankResult:
 
 class _Rank:
     def __init__(self, spec: RankSpec, board: JobBoard) -> None:
+        t_created = time.time()
+        self.wall = WallTimeline()  # where this rank's wall time goes (allocator.wall_split)
         self.spec = spec
         self.config = spec.config
         self.board = board
@@ -119,6 +122,7 @@ class _Rank:
         self.witness = HookWitness()  # tells a failed gradient allreduce from the recipe's own errors
         self.checkpoints = CheckpointWriter()  # rank 0's periodic checkpoints, off the step loop
         self.local_clock = LocalClock(self.device)  # straggler timing: CUDA events on a GPU
+        self.wall.record(Phase.START, t_created, time.time())
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -129,20 +133,23 @@ class _Rank:
         self.courier.start()
         try:
             self.board.post(RankEvent(EventKind.READY, self.spec.uid, self.spec.join_version, 0))
-            plan = self.board.plan(self.spec.join_version, timeout=plan_wait_s(self.config))
+            with self.wall.phase(Phase.WAITING):
+                plan = self.board.plan(self.spec.join_version, timeout=plan_wait_s(self.config))
             t_stop = time.time()
             while True:
                 if plan.kind in (PlanKind.STOP, PlanKind.CHECKPOINT_STOP) or self.spec.uid not in plan.members:
                     return self._leave(plan, t_stop)
                 try:
-                    self._enter(plan, t_stop)
+                    with self.wall.phase(Phase.START if self.plan is None else Phase.REGROUP):
+                        self._enter(plan, t_stop)
                     plan = self._train_until_switch()
                     t_stop = time.time()
                     if plan is None:
                         return self._finish()
                 except CollectiveFailure as exc:
                     t_stop = time.time()
-                    plan = self._recover(exc)
+                    with self.wall.phase(Phase.WAITING):
+                        plan = self._recover(exc)
                     if plan is None:
                         return self._result(RankExit.LEFT)
         finally:
@@ -167,12 +174,13 @@ class _Rank:
         self.agreement = Agreement(self.rank, self.world)
         with collective(f"rendezvous of generation {plan.version}"):
             self._form_group(plan)
-        if plan.source == FROM_CHECKPOINT:
-            self.checkpoints.wait()
-            self.state.load(self.config.checkpoint_dir)  # type: ignore[arg-type]
-        elif plan.source is not None:
-            with collective(f"state broadcast of generation {plan.version}"):
-                self.state.broadcast(src=plan.members.index(plan.source))
+        with self.wall.phase(Phase.STATE_TRANSFER):
+            if plan.source == FROM_CHECKPOINT:
+                self.checkpoints.wait()
+                self.state.load(self.config.checkpoint_dir)  # type: ignore[arg-type]
+            elif plan.source is not None:
+                with collective(f"state broadcast of generation {plan.version}"):
+                    self.state.broadcast(src=plan.members.index(plan.source))
         self._apply_batch(plan)
         self._open_loader()
         with collective(f"DDP set-up of generation {plan.version}"):  # it checks parameter shapes across ranks
@@ -224,9 +232,11 @@ class _Rank:
                 dist.destroy_process_group()
 
     def _leave(self, plan: Plan, t_stop: float) -> RankResult:
-        self.checkpoints.wait()  # what the loop saved is on disk before anyone is told it stopped
+        with self.wall.phase(Phase.CHECKPOINT):
+            self.checkpoints.wait()  # what the loop saved is on disk before anyone is told it stopped
         if plan.kind == PlanKind.CHECKPOINT_STOP and self.rank == 0 and self.plan is not None:
-            self.state.save(self.config.checkpoint_dir)  # type: ignore[arg-type]
+            with self.wall.phase(Phase.CHECKPOINT):
+                self.state.save(self.config.checkpoint_dir)  # type: ignore[arg-type]
         if self.rank == 0 and self.plan is not None and plan.kind in (PlanKind.STOP, PlanKind.CHECKPOINT_STOP):
             self.board.post(RankEvent(EventKind.STOPPED, self.spec.uid, plan.version, self.state.meta.step, time=t_stop))
         self._drop_group()
@@ -236,12 +246,15 @@ class _Rank:
         evaluating = self.config.evaluate and self.recipe.eval_dataset is not None
         # Sharded: every rank takes part, so while the group lives; else rank 0 alone, after it.
         evaluation = self._evaluate() if evaluating and self.recipe.eval_sharded else None
-        self._drop_group()
-        self.checkpoints.wait()
+        with self.wall.phase(Phase.REGROUP):
+            self._drop_group()
+        with self.wall.phase(Phase.CHECKPOINT):
+            self.checkpoints.wait()
         if self.rank == 0:
             self.state.meta = dataclasses.replace(self.state.meta, finished=True)
             if self.config.checkpoint_dir is not None:
-                self.state.save(self.config.checkpoint_dir)
+                with self.wall.phase(Phase.CHECKPOINT):
+                    self.state.save(self.config.checkpoint_dir)
             if evaluating and not self.recipe.eval_sharded:
                 evaluation = self._evaluate()
             self.courier.flush()
@@ -249,7 +262,8 @@ class _Rank:
         return self._result(RankExit.FINISHED, evaluation if self.rank == 0 else None)
 
     def _evaluate(self) -> EvalResult:
-        return self.evaluation.run(self.state, self.rank, self.world)
+        with self.wall.phase(Phase.EVALUATION):
+            return self.evaluation.run(self.state, self.rank, self.world)
 
     def _recover(self, exc: BaseException) -> Plan | None:
         """Report the failure and wait for the coordinator's recovery plan (or none: leave)."""
@@ -287,17 +301,22 @@ class _Rank:
         so the loop drains the one in flight before it switches generation or finishes.
         """
         while not self._done():
-            plan = self._agree(self._step())
+            with self.wall.phase(Phase.STEPS):
+                plan = self._agree(self._step())
             cfg = self.config
             if cfg.checkpoint_every and self.rank == 0 and self.state.meta.step % cfg.checkpoint_every == 0:
-                self.checkpoints.save(self.state, cfg.checkpoint_dir)  # type: ignore[arg-type]
+                with self.wall.phase(Phase.CHECKPOINT):  # the snapshot to host memory; the write runs behind
+                    self.checkpoints.save(self.state, cfg.checkpoint_dir)  # type: ignore[arg-type]
             if plan is not None:
-                self._settle()
+                with self.wall.phase(Phase.STEPS):
+                    self._settle()
                 if plan.kind == PlanKind.BATCH and self.plan is not None and plan.members == self.plan.members:
-                    self._switch_batch(plan)  # same group: no regroup (coordinator.batch_change)
+                    with self.wall.phase(Phase.REGROUP):
+                        self._switch_batch(plan)  # same group: no regroup (coordinator.batch_change)
                     continue
                 return plan
-        self._settle()  # the job is done: a plan that arrives with the last agreement is moot
+        with self.wall.phase(Phase.STEPS):
+            self._settle()  # the job is done: a plan that arrives with the last agreement is moot
         return None
 
     def _switch_batch(self, plan: Plan) -> None:
@@ -369,7 +388,9 @@ class _Rank:
         agreed = self.agreement.issue(outcome, self.courier.seen_version, self.noise.value)
         if agreed is not None:
             self._record(agreed)
-        if (result := self.evaluation.if_due(self.state, self.rank, self.world, agreed, self._done())) is not None:
+        with self.wall.phase(Phase.EVALUATION):
+            result = self.evaluation.if_due(self.state, self.rank, self.world, agreed, self._done())
+        if result is not None:
             self.records.evals.append(result)
         return None if agreed is None else self._next_plan(agreed.newest_version)
 
@@ -414,4 +435,4 @@ class _Rank:
             )
 
     def _result(self, exit_: RankExit, evaluation: EvalResult | None = None) -> RankResult:
-        return self.records.result(self.spec.uid, exit_, self.state.meta, evaluation)
+        return dataclasses.replace(self.records.result(self.spec.uid, exit_, self.state.meta, evaluation), wall=self.wall.snapshot())

@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 import logging
 import time
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from flows.commands.common import settings_or_fail, store_or_fail
-from flows.commands.tables import jobs_table
+from flows.commands.tables import generations_table, jobs_table
 from flows.commands.console import EXIT_FAILED, console, fail, print_raw
 
 
@@ -112,8 +111,9 @@ def jobs(
     fmt: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
     all_jobs: Annotated[bool, typer.Option("--all", help="Also finished, failed, cancelled and dropped jobs.")] = False,
     interval: Annotated[float, typer.Option("--interval", help="Seconds between refreshes with --watch.")] = 1.0,
+    generations: Annotated[bool, typer.Option("--generations", help="Also each job's generations: GPUs x batch, predicted and measured samples/s.")] = False,
 ) -> None:
-    """The service's jobs: state, GPUs, batch, progress, ETA."""
+    """The service's jobs: state, GPUs, batch, progress, ETA (with --generations: predicted vs measured samples/s)."""
     from service.records import JobState
 
     if fmt not in ("table", "json"):
@@ -135,13 +135,21 @@ def jobs(
             {"id": r.id, "name": r.name, "state": r.state.value, "gpus": r.gpus, "batch": r.batch, "progress": round(r.progress, 4),
              "submitter": r.submitter, "submitted_at": r.submitted_at, "started_at": r.started_at, "finished_at": r.finished_at,
              "error": r.error, "attempts": r.attempts, "mlflow_run_id": r.mlflow_run_id,
-             "steps": r.steps, "final_loss": r.final_loss, "eval_loss": r.eval_loss}
+             "steps": r.steps, "final_loss": r.final_loss, "eval_loss": r.eval_loss, "wall_split": r.wall_split,
+             "generations": [
+                 {"time": a.time, "gpus": a.gpus, "batch": a.batch, "kind": a.kind,
+                  "predicted_samples_per_s": a.predicted_samples_per_s, "measured_samples_per_s": a.measured_samples_per_s}
+                 for a in store.allocations(r.id) if a.gpus > 0
+             ]}
             for r in rows()
         ]  # fmt: skip
         print(json.dumps(out, indent=2))
         return
     if not watch:
-        console.print(jobs_table(rows()))
+        listed = rows()
+        console.print(jobs_table(listed))
+        for r in listed if generations else ():
+            console.print(generations_table(r.id, store.allocations(r.id)))
         return
     from rich.live import Live
 
