@@ -60,6 +60,7 @@ class TrainConfig:
     straggler_alpha: float = 0.1
     straggler_threshold: float = 0.8
     data_timeout_s: float = 600.0  # last: TrainConfig is built positionally in places
+    broadcast_chunk_mb: int = 256  # a state broadcast's staging buffer, at most (rank/chunked.py)
 
     def __post_init__(self) -> None:
         _int("global_batch", self.global_batch, 1)
@@ -80,6 +81,7 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.timeout_s={self.timeout_s!r}: must be a finite number > 0")
         if not (math.isfinite(self.data_timeout_s) and self.data_timeout_s > 0):
             raise ValueError(f"TrainConfig.data_timeout_s={self.data_timeout_s!r}: must be a finite number > 0")
+        _int("broadcast_chunk_mb", self.broadcast_chunk_mb, 1)
         if self.backend not in (None, "gloo", "nccl"):
             raise ValueError(f"TrainConfig.backend={self.backend!r}: expected 'gloo', 'nccl' or None")
         _int("torch_threads", self.torch_threads, 1)

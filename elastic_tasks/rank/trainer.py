@@ -173,7 +173,7 @@ class _Rank:
             self.state.load(self.config.checkpoint_dir)  # type: ignore[arg-type]
         elif plan.source is not None:
             with self.watch.data_plane(plan.version, "state broadcast"), collective(f"state broadcast of generation {plan.version}"):
-                self.state.broadcast(src=plan.members.index(plan.source))
+                self.state.broadcast(src=plan.members.index(plan.source), chunk_bytes=self.config.broadcast_chunk_mb * 2**20)
         self._apply_batch(plan)
         self._open_loader()
         with collective(f"DDP set-up of generation {plan.version}"):  # it checks parameter shapes across ranks
