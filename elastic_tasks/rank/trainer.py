@@ -51,6 +51,7 @@ from elastic_tasks.devices import default_backend, process_group_backend, rank_d
 from elastic_tasks.rank import lr as lrs
 from elastic_tasks.rank.evaluate import RankEvaluation
 from elastic_tasks.rank.forward import RecipeStep
+from elastic_tasks.rank.hang_watch import HangWatch, abort_communicators, configure_nccl_error_mode, simulate_hang_requested
 from elastic_tasks.rank.loader import RankLoader
 from elastic_tasks.rank.noise_scale import GradientNoiseProbe
 from elastic_tasks.rank.records import RankRecords
@@ -122,6 +123,9 @@ class _Rank:
         self.witness = HookWitness()  # tells a failed gradient allreduce from the recipe's own errors
         self.checkpoints = CheckpointWriter()  # rank 0's periodic checkpoints, off the step loop
         self.local_clock = LocalClock(self.device)  # straggler timing: CUDA events on a GPU
+        # Frees a data-plane collective that a lost peer left hanging (nccl); rank/hang_watch.py.
+        abort = abort_communicators if self.backend == "nccl" else (lambda: None)  # gloo cannot abort in flight
+        self.watch = HangWatch(board.aborted_generation, self.config.data_timeout_s, abort=abort, simulate_hang=simulate_hang_requested())
         self.wall.record(Phase.START, t_created, time.time())
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -131,6 +135,7 @@ class _Rank:
         if finished is not None:
             return finished
         self.courier.start()
+        self.watch.start()
         try:
             self.board.post(RankEvent(EventKind.READY, self.spec.uid, self.spec.join_version, 0))
             with self.wall.phase(Phase.WAITING):
@@ -154,6 +159,7 @@ class _Rank:
                         return self._result(RankExit.LEFT)
         finally:
             self.courier.stop()
+            self.watch.stop()
 
     def _finished_checkpoint(self) -> RankResult | None:
         """Idempotence: a job whose final checkpoint says finished is not trained again."""
@@ -179,8 +185,8 @@ class _Rank:
                 self.checkpoints.wait()
                 self.state.load(self.config.checkpoint_dir)  # type: ignore[arg-type]
             elif plan.source is not None:
-                with collective(f"state broadcast of generation {plan.version}"):
-                    self.state.broadcast(src=plan.members.index(plan.source))
+                with self.watch.data_plane(plan.version, "state broadcast"), collective(f"state broadcast of generation {plan.version}"):
+                    self.state.broadcast(src=plan.members.index(plan.source), chunk_bytes=self.config.broadcast_chunk_mb * 2**20)
         self._apply_batch(plan)
         self._open_loader()
         with collective(f"DDP set-up of generation {plan.version}"):  # it checks parameter shapes across ranks
@@ -195,7 +201,9 @@ class _Rank:
             self.board.post(RankEvent(EventKind.APPLIED, self.spec.uid, plan.version, meta.step, pause_s=pause, world_size=self.world))
 
     def _form_group(self, plan: Plan) -> None:
+        # The store is the control plane (short timeout); the group's collectives the data plane.
         timeout = timedelta(seconds=self.config.timeout_s)
+        configure_nccl_error_mode(self.backend)
         if self.rank == 0:
             store = dist.TCPStore(self.host, 0, self.world, is_master=True, timeout=timeout, wait_for_workers=False)
             self.board.set_rendezvous(plan.version, self.host, store.port)
@@ -204,7 +212,8 @@ class _Rank:
             store = dist.TCPStore(host, port, self.world, is_master=False, timeout=timeout)
         # Keep the previous generation's store alive a little longer: a slow peer may still close on it.
         self._stores = [*self._stores[-1:], store]
-        dist.init_process_group(process_group_backend(self.backend), store=store, rank=self.rank, world_size=self.world, timeout=timeout)
+        data_timeout = timedelta(seconds=self.config.data_timeout_s)
+        dist.init_process_group(process_group_backend(self.backend), store=store, rank=self.rank, world_size=self.world, timeout=data_timeout)
 
     def _apply_batch(self, plan: Plan) -> None:
         meta = self.state.meta
@@ -301,7 +310,7 @@ class _Rank:
         so the loop drains the one in flight before it switches generation or finishes.
         """
         while not self._done():
-            with self.wall.phase(Phase.STEPS):
+            with self.wall.phase(Phase.STEPS), self.watch.data_plane(self.plan.version if self.plan else -1, "a training step"):
                 plan = self._agree(self._step())
             cfg = self.config
             if cfg.checkpoint_every and self.rank == 0 and self.state.meta.step % cfg.checkpoint_every == 0:
@@ -398,7 +407,8 @@ class _Rank:
         """Wait for the agreement in flight and record it (before a switch, a stop or the end);
         a plan it reveals is moot: the loop is leaving this generation anyway."""
         assert self.agreement is not None
-        self._record(self.agreement.settle(self.noise.value))
+        with self.watch.data_plane(self.plan.version if self.plan else -1, "agreement"):
+            self._record(self.agreement.settle(self.noise.value))
 
     def _next_plan(self, newest: int) -> Plan | None:
         """The plan to switch to at this boundary: the newest any rank has seen, once its step has come."""
