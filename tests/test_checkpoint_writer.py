@@ -8,7 +8,7 @@ import torch
 
 from elastic_tasks.rank.checkpoint_writer import CheckpointWriter
 from elastic_tasks.rank.scaling import LRRamp
-from elastic_tasks.rank.state import ElasticState, TrainMeta, read_checkpoint
+from elastic_tasks.rank.state import ElasticState, TrainMeta, read_checkpoint, read_meta
 
 
 def _state() -> ElasticState:
@@ -61,5 +61,6 @@ def test_a_write_that_dies_half_way_leaves_the_previous_checkpoint_whole(tmp_pat
     with pytest.raises(RuntimeError, match="disk full"):
         writer.wait()  # the loop hears of it at its next save or wait
     assert (tmp_path / "state.pt").read_bytes() == before
-    assert [p.name for p in tmp_path.iterdir()] == ["state.pt"]  # no temp file left behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["meta.pt", "state.pt"]  # no temp file left behind
     assert read_checkpoint(tmp_path)["meta"]["step"] == 0
+    assert read_meta(tmp_path).step == 0  # the metadata sidecar still describes the whole checkpoint
