@@ -135,8 +135,8 @@ class Plan:
             raise ValueError(f"Plan.source={self.source!r}: not among members {self.members!r}")
 
 
-def check_batch(batch: int, gpus: int) -> None:
-    """A job asked for ``gpus`` ranks at global batch ``batch``: every rank must get a sample."""
+def check_batch(batch: int, gpus: int = 1) -> None:
+    """A job asked for ``gpus`` ranks at global batch ``batch``: every rank must get a sample (the one check, coordinator and ranks)."""
     if not (isinstance(gpus, int) and not isinstance(gpus, bool) and gpus >= 1):
         raise ValueError(f"gpus={gpus!r}: must be a positive integer")
     if not (isinstance(batch, int) and not isinstance(batch, bool) and batch >= 1):
