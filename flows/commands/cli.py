@@ -48,7 +48,7 @@ COMMANDS: tuple[LazyCommand, ...] = (
     LazyCommand("hpo", "flows.commands.hpo:app", "Deadline-constrained, cost-minimising plans for successive-halving HPO (seed 001)."),
     LazyCommand("serve", "flows.commands.service:serve", "Run the scheduler service until stopped (Ctrl-C / SIGTERM: running jobs checkpoint, the next service resumes them)."),
     LazyCommand("submit", "flows.commands.submit:submit", "Submit one job (from flags) or a jobs file's jobs to the service; prints the job ids."),
-    LazyCommand("jobs", "flows.commands.service:jobs", "The service's jobs: state, GPUs, batch, progress, ETA."),
+    LazyCommand("jobs", "flows.commands.service:jobs", "The service's jobs: state, GPUs, batch, progress, ETA (with --generations: predicted vs measured samples/s)."),
     LazyCommand("cancel", "flows.commands.service:cancel", "Cancel jobs: a queued one at once, a running one when the service stops it."),
     LazyCommand("wait", "flows.commands.service:wait", "Wait until the jobs end; exit 0 only if all finished."),
 )
