@@ -98,9 +98,9 @@ def _accumulated_steps(probe, model, steps, batch=64, micro=16, scaler=None, ove
 
 def test_cheap_probe_on_one_rank_with_accumulation_matches_the_closed_form():
     probe = GradientNoiseProbe(smoothing=0.995)
-    value = _accumulated_steps(probe, _model(), 2000)
-    assert probe.estimator.updates >= 400  # sampled every N steps, N from the variance: still enough samples
-    assert probe.schedule.every >= 1
+    value = _accumulated_steps(probe, _model(), 3000)
+    # Sampled every N steps, N from the estimate's variance: fewer samples than steps, still enough.
+    assert 300 <= probe.estimator.updates < 3000 and probe.schedule.every > 1
     assert value == pytest.approx(closed_form_noise_scale(), rel=TOLERANCE)
 
 
@@ -148,8 +148,8 @@ def test_schedule_samples_rarely_when_the_terms_are_steady_and_every_step_when_n
     rng = np.random.default_rng(3)
     for _ in range(50):
         steady.observe(1.0 + 0.01 * rng.standard_normal(), 100.0 + rng.standard_normal(), 1.0, 100.0)
-        noisy.observe(1.0 + 3 * rng.standard_normal(), 100.0 + 300 * rng.standard_normal(), 1.0, 100.0)
-    # cv^2 ~ 2e-4 -> N = floor(1000 * 0.01 / 2e-4) clamps at max_every; cv^2 ~ 18 -> N = 1
+        noisy.observe(1.0 + 10 * rng.standard_normal(), 100.0 + 1000 * rng.standard_normal(), 1.0, 100.0)
+    # cv^2 ~ 2e-4 -> N = floor(2000 * 0.2^2 / 2e-4) clamps at max_every; cv^2 ~ 200 -> N = floor(80 / 200) -> 1
     assert steady.every == steady.max_every and noisy.every == 1
     picks = [steady.due() for _ in range(4 * steady.max_every)]
     assert sum(picks) == 4
@@ -187,5 +187,5 @@ def test_cheap_probe_across_gloo_ranks_matches_the_closed_form(tmp_path, world):
     out = tmp_path / "value"
     mp.spawn(_rank, args=(world, str(tmp_path / "init"), str(out)), nprocs=world, join=True)
     value, updates = eval(out.read_text())  # noqa: S307 - the repr of a (float, int) the test wrote
-    assert updates >= 200
+    assert 100 <= updates < 1000  # sampled every N steps
     assert value == pytest.approx(closed_form_noise_scale(), rel=TOLERANCE)

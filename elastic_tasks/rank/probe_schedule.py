@@ -13,6 +13,12 @@ error within ``rel_error`` is
 
     N = floor(H * rel_error^2 / cv^2),   clamped to [1, max_every].
 
+Defaults: H = 2000 steps (several of the scheduler's decisions at typical step times, far
+shorter than the thousands of steps over which B_noise drifts) and 20 % error on B_noise:
+goodput's efficiency (B_noise + B0) / (B_noise + B) moves by at most
+(sqrt(B) - sqrt(B0)) / (sqrt(B) + sqrt(B0)) of B_noise's relative error (its elasticity, largest
+at B_noise = sqrt(B0 B)): under 0.5 for batch ranges up to 8x, so under 10 % on efficiency.
+
 cv^2 is measured from the samples themselves (their mean squared residual); the first
 ``warmup`` samples are taken every step, before anything is known. A noisy estimate (large
 cv) is thus sampled every step; a steady one as rarely as every ``max_every`` steps, where
@@ -27,8 +33,8 @@ from dataclasses import dataclass
 
 @dataclass(slots=True)
 class SampleSchedule:
-    horizon_steps: int = 1000
-    rel_error: float = 0.1
+    horizon_steps: int = 2000
+    rel_error: float = 0.2
     max_every: int = 8
     warmup: int = 16
     every: int = 1
