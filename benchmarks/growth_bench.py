@@ -123,6 +123,8 @@ def main() -> None:
                 "best_before_growth": best and [best.gpus, best.batch, round(best.measured, 1)],
                 "last_after_growth": last and [last.gpus, last.batch, round(last.measured, 1)],
                 "wall_split_a": run.wall_split_a,
+                # The same configuration before and after: the ratio then measures the machine's load, not a decision.
+                "same_configuration_as_best": None if last is None or best is None else (last.gpus, last.batch) == (best.gpus, best.batch),
                 "wall_s": round(time.monotonic() - t0, 1),
                 "growth_throughput_ratio": None if ratio is None else round(ratio, 3),
             }
