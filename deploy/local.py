@@ -21,9 +21,8 @@ import distributed.deploy.subprocess
 from distributed import LocalCluster, Nanny, Scheduler, SpecCluster
 from distributed.deploy.subprocess import SubprocessCluster
 
-from elastic_tasks.devices import cuda_worker_env
+from elastic_tasks.devices import GPU_RESOURCE, cuda_worker_env
 
-GPU_RESOURCE = "GPU"
 
 # Dask's nanny starts workers with MALLOC_TRIM_THRESHOLD_=65536 (to hand memory back), which
 # also switches off glibc's dynamic mmap threshold: every large tensor a training step
@@ -32,10 +31,34 @@ GPU_RESOURCE = "GPU"
 # 71-104 ms with it and the mmap threshold pinned at glibc's 64-bit maximum, set here.
 TRAINING_WORKER_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 * 2**20)}
 
+# A recipe's DataLoader starts worker processes of its own, which a daemonic process may not
+# (``AssertionError: daemonic processes are not allowed to have children``). The nanny reads
+# ``distributed.worker.daemon`` each time it (re)starts its worker, in the nanny's process: so
+# a nanny in its own process (``dask worker``, ``dask spec``, Kubernetes) needs it in its
+# environment or inherited config for good, not only while a cluster is being built.
+NON_DAEMONIC_ENV = {"DASK_DISTRIBUTED__WORKER__DAEMON": "False"}
+
 
 def training_worker_config() -> dict:
-    """Dask config for worker processes that train: the environment their nanny sets before spawning."""
-    return {"distributed": {"nanny": {"pre-spawn-environ": dict(TRAINING_WORKER_ENV)}}}
+    """Dask config for nanny processes whose workers train: the environment they set before
+    spawning, and non-daemonic workers (at the first start and at every nanny restart)."""
+    return {"distributed": {"nanny": {"pre-spawn-environ": dict(TRAINING_WORKER_ENV)}, "worker": {"daemon": False}}}
+
+
+class TrainingNanny(Nanny):
+    """A nanny living in the caller's process (``LocalCluster``, ``SpecCluster``) whose worker is
+    non-daemonic at every start, restarts included.
+
+    Such a nanny reads ``distributed.worker.daemon`` from the caller's config whenever it
+    (re)starts its worker, long after the ``dask.config.set`` block that built the cluster has
+    ended: a worker the nanny restarted came back daemonic and every DataLoader with workers
+    failed on it. The setting is held only while this nanny starts its process; every nanny of
+    ours wants the same value, so two starting at once agree.
+    """
+
+    async def instantiate(self):  # type: ignore[no-untyped-def]  # noqa: ANN201 - distributed's signature
+        with dask.config.set({"distributed.worker.daemon": False}):
+            return await super().instantiate()
 
 
 def _worker_config(extra_env: dict[str, str] | None) -> dict:
@@ -66,6 +89,7 @@ def local_gpu_cluster(
             resources={GPU_RESOURCE: 1},
             dashboard_address=":0",
             memory_limit=memory_limit,
+            worker_class=TrainingNanny,
             silence_logs=log_level,  # the cluster's and workers' logging level (40: errors only)
         )
 
@@ -110,7 +134,7 @@ def cuda_spec_cluster(worker_envs: list[dict[str, str]], *, threads_per_worker: 
     """
     workers = {
         f"gpu-{i}": {
-            "cls": Nanny,
+            "cls": TrainingNanny,
             "options": {"nthreads": threads_per_worker, "resources": {GPU_RESOURCE: 1}, "memory_limit": memory_limit, "env": dict(e), "silence_logs": 40},
         }
         for i, e in enumerate(worker_envs)

@@ -110,6 +110,16 @@ class JobBoard:
         except TimeoutError:
             raise TimeoutError(f"job {self.job_id}: plan version {version} not published within {timeout:g} s") from None
 
+    # the control plane's word that a generation lost a member (rank/hang_watch.py)
+    def abort_generation(self, version: int) -> None:
+        """Tell the ranks of generation ``version`` (and older) that a peer is gone: a data-plane
+        collective they are blocked in will never complete (nccl hangs where gloo raises)."""
+        self.client.set_metadata(self._key("aborted"), int(version))
+
+    def aborted_generation(self) -> int:
+        """The newest generation the coordinator declared broken (-1: none)."""
+        return int(self.client.get_metadata(self._key("aborted"), -1))
+
     # rendezvous of one generation, hosted by its rank 0
     def set_rendezvous(self, version: int, host: str, port: int) -> None:
         self._var(f"rdzv-{version}").set(pickle.dumps((host, port)))

@@ -79,12 +79,13 @@ class WallClock:
 class JobSettings:
     """What the executor adds to a JobSpec to train it; ``poll_s`` bounds how late a completion is seen."""
 
-    timeout_s: float = 30.0
+    timeout_s: float = 30.0  # control plane: rendezvous, plans, a lost peer (TrainConfig.timeout_s)
     seed: int = 0
     checkpoint_root: str | None = None
     checkpoint_every: int = 0
     lr_ramp_steps: int = 100
     poll_s: float = 0.5
+    data_timeout_s: float = 600.0  # data plane: one gradient allreduce or state broadcast
 
     def __post_init__(self) -> None:
         if not (self.poll_s > 0):
@@ -137,6 +138,7 @@ class DaskExecutor:
             checkpoint_dir=None if s.checkpoint_root is None else f"{s.checkpoint_root}/{spec.id}",
             checkpoint_every=s.checkpoint_every if s.checkpoint_root is not None else 0,
             timeout_s=s.timeout_s,
+            data_timeout_s=s.data_timeout_s,
         )
 
     def _meters_work(self, spec: JobSpec) -> bool:

@@ -39,7 +39,11 @@ class TrainConfig:
 
     The job ends at ``max_steps`` or once ``total_samples`` have been processed, whichever
     comes first. ``max_batch_per_gpu`` is the memory cap that turns into gradient
-    accumulation. ``timeout_s`` bounds every rendezvous and collective.
+    accumulation. Two planes, two timeouts (docs/elastic.md, "Two planes"): ``timeout_s``
+    bounds the control plane — rendezvous, plans, agreement on a lost peer — and so how soon
+    survivors stop waiting for a dead peer; ``data_timeout_s`` bounds one data-plane
+    collective (the gradient allreduce, the state broadcast) that is merely slow: a slow first
+    step (cuDNN autotune, ``torch.compile``), a large broadcast, a peer writing a checkpoint.
     """
 
     global_batch: int
@@ -57,6 +61,9 @@ class TrainConfig:
     evaluate: bool = True
     straggler_alpha: float = 0.1
     straggler_threshold: float = 0.8
+    noise_probe: bool = True  # measure the gradient noise scale (goodput_dp reads it); off only to measure its cost
+    data_timeout_s: float = 600.0
+    broadcast_chunk_mb: int = 256  # a state broadcast's staging buffer, at most (rank/chunked.py)
 
     def __post_init__(self) -> None:
         _int("global_batch", self.global_batch, 1)
@@ -75,6 +82,9 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.checkpoint_every={self.checkpoint_every!r}: needs checkpoint_dir")
         if not (math.isfinite(self.timeout_s) and self.timeout_s > 0):
             raise ValueError(f"TrainConfig.timeout_s={self.timeout_s!r}: must be a finite number > 0")
+        if not (math.isfinite(self.data_timeout_s) and self.data_timeout_s > 0):
+            raise ValueError(f"TrainConfig.data_timeout_s={self.data_timeout_s!r}: must be a finite number > 0")
+        _int("broadcast_chunk_mb", self.broadcast_chunk_mb, 1)
         if self.backend not in (None, "gloo", "nccl"):
             raise ValueError(f"TrainConfig.backend={self.backend!r}: expected 'gloo', 'nccl' or None")
         _int("torch_threads", self.torch_threads, 1)
@@ -125,8 +135,8 @@ class Plan:
             raise ValueError(f"Plan.source={self.source!r}: not among members {self.members!r}")
 
 
-def check_batch(batch: int, gpus: int) -> None:
-    """A job asked for ``gpus`` ranks at global batch ``batch``: every rank must get a sample."""
+def check_batch(batch: int, gpus: int = 1) -> None:
+    """A job asked for ``gpus`` ranks at global batch ``batch``: every rank must get a sample (the one check, coordinator and ranks)."""
     if not (isinstance(gpus, int) and not isinstance(gpus, bool) and gpus >= 1):
         raise ValueError(f"gpus={gpus!r}: must be a positive integer")
     if not (isinstance(batch, int) and not isinstance(batch, bool) and batch >= 1):

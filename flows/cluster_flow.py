@@ -32,7 +32,8 @@ from elastic_tasks.coordinator.job import JobCoordinator
 from elastic_tasks.executor import JobSettings
 from allocator.wall_split import WallSplit
 from elastic_tasks.coordinator.outcomes import JobResult
-from elastic_tasks.recipe import load_entry_point, resolve_workload
+from elastic_tasks.recipe import load_entry_point
+from elastic_tasks.workloads import resolve_workload
 from flows.commands.interrupts import on_interrupt
 from flows.recording.artifacts import ProgressArtifact, publish_results, summary_markdown
 from flows.config.jobfile import load_jobs_file

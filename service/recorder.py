@@ -12,6 +12,7 @@ from allocator.loop import JobPhase, JobTransition, StepReport
 from allocator.types import Share
 from allocator.wall_split import WallSplit
 from service import schema
+from service.display import ERROR_CHARS, shown
 from service.job_metrics import service_job_metrics
 from service.records import RESUMABLE, AllocationRow, JobState
 from service.store import JobStore
@@ -82,7 +83,7 @@ class StoreRecorder:
                 t.job_id, state, only_from=RESUMABLE, attempts=schema.jobs.c.attempts + 1,
                 checkpoint_dir=self.checkpoint_dir_of(t.job_id), mlflow_run_id=run_id or row.mlflow_run_id, error=None,
             )  # fmt: skip
-            self.say(f"{t.job_id} ({row.name}) running" + (f", resumed (attempt {row.attempts + 1})" if row.attempts else ""))
+            self.say(f"{t.job_id} ({shown(row.name)}) running" + (f", resumed (attempt {row.attempts + 1})" if row.attempts else ""))
             return
         self._generation_ends(t.job_id)
         fields: dict[str, object] = {}
@@ -105,7 +106,7 @@ class StoreRecorder:
             row = self.store.job(t.job_id)
             self.tracking.job_final(t.job_id, service_job_metrics(row, self.store.allocations(t.job_id), result), int(time.time() * 1000))
         self.tracking.job_ended(t.job_id, _MLFLOW_END[t.phase])
-        self.say(f"{t.job_id} {state.value}" + (f": {t.detail}" if t.detail else ""))
+        self.say(f"{t.job_id} {state.value}" + (f": {shown(t.detail, ERROR_CHARS)}" if t.detail else ""))
 
     def _wall_split(self, job_id: str) -> WallSplit | None:
         """The ending job's wall time split (queued time included: from its submission to now)."""

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from elastic_tasks.rank.scaling import LRRamp
-from elastic_tasks.rank.state import CHECKPOINT_NAME, ElasticState, TrainMeta, has_checkpoint, read_meta
+from elastic_tasks.rank.state import CHECKPOINT_NAME, META_NAME, ElasticState, TrainMeta, has_checkpoint, read_meta
 
 
 def _trained_state(seed: int, steps: int) -> ElasticState:
@@ -49,7 +49,7 @@ def test_round_trip_through_each_filesystem(tmp_path, kind):
 
     assert has_checkpoint(where) and read_meta(where).step == 3
     fs, root = fsspec.core.url_to_fs(where)
-    assert fs.ls(root, detail=False) and all(p.rsplit("/", 1)[-1] == CHECKPOINT_NAME for p in fs.ls(root, detail=False))  # no temp left
+    assert fs.ls(root, detail=False) and sorted(p.rsplit("/", 1)[-1] for p in fs.ls(root, detail=False)) == sorted([CHECKPOINT_NAME, META_NAME])  # no temp left
 
     loaded = _trained_state(1, steps=0)  # another rank: different weights, no optimizer state yet
     loaded.load(where)

@@ -18,6 +18,11 @@ from service.store import JobStore, StoreError, StoreVersionError, UnknownJobErr
 from tests.service_helpers import drop_postgres, job_entry, postgres_url
 
 
+def as_recorded(store_url: str, submitter: str) -> str:
+    """PostgreSQL records the session's role first (the fixtures connect as postgres)."""
+    return f"postgres ({submitter})" if store_url.startswith("postgresql") else submitter
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def store_url(request, tmp_path):
     if request.param == "sqlite":
@@ -37,7 +42,7 @@ def test_submissions_keep_their_order_fields_and_idempotency(store_url):
     rows = client.jobs()
     assert [r.id for r in rows] == [first.job_id, other.job_id]
     assert [r.name for r in rows] == ["a", "b"] and [r.total_samples for r in rows] == [500, 700]
-    assert all(r.state is JobState.QUEUED and r.submitter == "alice@host" for r in rows)
+    assert all(r.state is JobState.QUEUED and r.submitter == as_recorded(store_url, "alice@host") for r in rows)
     assert rows[0].spec["samples"] == 500 and rows[0].spec["workload"] == "elastic_tasks.examples:mlp_tiny"
 
 
@@ -100,7 +105,7 @@ def test_a_version_1_store_is_upgraded_in_place_keeping_its_jobs(store_url):
     with upgraded.engine.connect() as conn:
         assert conn.exec_driver_sql("SELECT value FROM malleable_meta WHERE key = 'schema_version'").scalar() == "3"
     row = upgraded.job(job)
-    assert (row.name, row.submitter, row.total_samples, row.state) == ("kept", "old", 321, JobState.QUEUED)
+    assert (row.name, row.submitter, row.total_samples, row.state) == ("kept", as_recorded(store_url, "old"), 321, JobState.QUEUED)
     assert (row.steps, row.final_loss, row.eval_loss) == (None, None, None)
     assert upgraded.set_state(job, JobState.FINISHED, steps=7, first_loss=2.5, final_loss=0.5, eval_loss=0.75)
     row = upgraded.job(job)

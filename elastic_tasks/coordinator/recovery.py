@@ -5,6 +5,11 @@ failed generation has reported or is known dead, the survivors form the next gen
 copying the state of the survivor furthest ahead. If nobody survived, new ranks load the
 last checkpoint; without one the job fails. When every rank dies at once nobody reports: the
 scheduler's view of the workers is then the only witness, checked on every pump tick.
+
+On nccl a dead peer does not make the survivors' collective fail: it hangs. So the same
+check tells the ranks (``JobBoard.abort_generation``) as soon as one member of the running
+generation is dead; each rank's ``HangWatch`` then aborts its communicator and the survivors
+report as they would on gloo (rank/hang_watch.py, docs/elastic.md "Two planes").
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ class Recovery:
         self.job = job
         self.records: list[RecoveryRecord] = []
         self._next_check = 0.0
+        self._signalled: set[int] = set()  # generations the ranks were told lost a member
 
     def recovered_from(self) -> set[int]:
         return {r.failed_version for r in self.records}
@@ -74,7 +80,19 @@ class Recovery:
                 return
         if time.monotonic() >= self._next_check:
             self._next_check = time.monotonic() + ALL_DEAD_CHECK_S
+            self._signal_lost_member()
             self._check_all_dead(newest_applied)
+
+    def _signal_lost_member(self) -> None:
+        """A member of the running generation is dead: free the survivors from the collective
+        it leaves hanging on nccl (on gloo it has raised already; the word is then moot)."""
+        job = self.job
+        version = job.version
+        if version < 0 or version in self._signalled or job.state not in (JobState.RUNNING, JobState.RESCALING):
+            return
+        if any(job.dead(u) for u in job.members):
+            self._signalled.add(version)
+            job.board.abort_generation(version)
 
     def _check_all_dead(self, version: int) -> None:
         job = self.job

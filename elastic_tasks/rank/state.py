@@ -8,8 +8,10 @@ Broadcast (seed 002's IO-free replication) goes in two phases so that every rank
 the exact list and shapes of the tensors before any tensor moves: the source sends the
 *structure* (metadata, optimizer state with tensors replaced by shape/dtype descriptors) as
 one object; receivers whose optimizer state is still empty (new ranks: no momentum yet)
-materialise it from the descriptors; then all tensors travel as one flat buffer per
-(device, dtype) bucket and each lands back on its own device. Buckets matter on GPUs: Adam
+materialise it from the descriptors, while survivors whose optimizer state already has that
+structure keep their tensors (no rebuild: the values are overwritten in place); then the
+tensors travel per (device, dtype) bucket in bounded chunks, straight into each rank's own
+tensors where they can (``elastic_tasks.rank.chunked``). Buckets matter on GPUs: Adam
 and AdamW keep ``state["step"]`` on the CPU next to ``exp_avg`` on the GPU, so one buffer per
 dtype would concatenate across devices; on an nccl job the CPU buckets travel over the gloo
 side of a ``cpu:gloo,cuda:nccl`` group (see ``trainer.process_group_backend``).
@@ -39,9 +41,13 @@ import torch.distributed as dist
 from fsspec.core import url_to_fs
 from torch import nn
 
+from elastic_tasks.rank.chunked import DEFAULT_CHUNK_BYTES, BroadcastStats, broadcast_tensors, combine
 from elastic_tasks.rank.scaling import LRRamp
 
 CHECKPOINT_NAME = "state.pt"
+# Next to it: the metadata alone (a few hundred bytes), so reading the ``finished`` flag or the
+# step never loads tensors; written before the checkpoint replaces the old one.
+META_NAME = "meta.pt"
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,34 +110,34 @@ class ElasticState:
 
     # -- broadcast -----------------------------------------------------------------------
 
-    def broadcast(self, src: int, group: dist.ProcessGroup | None = None) -> None:
-        """Make every rank's state equal to rank ``src``'s (collective: all ranks call it)."""
+    def broadcast(self, src: int, group: dist.ProcessGroup | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> BroadcastStats:
+        """Make every rank's state equal to rank ``src``'s (collective: all ranks call it).
+
+        Extra memory per rank: one staging buffer of at most ``chunk_bytes``, plus, on a rank
+        with no optimizer state yet (a new rank), that state itself.
+        """
         is_src = dist.get_rank(group) == src
         if is_src:
             self.capture_rng()
         structure = [(self.meta, _describe(self.optimizer.state_dict()), self._scaler_state(), self._scheduler_state()) if is_src else None]
         dist.broadcast_object_list(structure, src=src, group=group)
         meta, opt_structure, scaler_state, scheduler_state = structure[0]
+        kept, materialised = True, 0
         if not is_src:
-            # load_state_dict puts each materialised tensor where the optimizer keeps it
-            # (exp_avg next to its parameter, Adam's step on the CPU), as on the source.
-            self.optimizer.load_state_dict(_materialise(opt_structure))
+            # A survivor's optimizer state already has the source's structure: its tensors are
+            # overwritten in place below. A new rank's is empty: load_state_dict puts each
+            # materialised tensor where the optimizer keeps it (exp_avg next to its parameter,
+            # Adam's step on the CPU), as on the source.
+            if _describe(self.optimizer.state_dict()) != opt_structure:
+                fresh = _materialise(opt_structure)
+                self.optimizer.load_state_dict(fresh)
+                kept, materialised = False, _nbytes(fresh)
             self.meta = meta
             self.restore_rng()
             self._load_scaler(scaler_state)
             self._load_scheduler(scheduler_state)
-        for group_tensors in buckets(self._tensors()):
-            device, dtype = group_tensors[0].device, group_tensors[0].dtype
-            flat = torch.cat([t.detach().reshape(-1) for t in group_tensors]) if is_src else torch.empty(
-                sum(t.numel() for t in group_tensors), dtype=dtype, device=device
-            )
-            dist.broadcast(flat, src=src, group=group)
-            if not is_src:
-                offset = 0
-                with torch.no_grad():
-                    for t in group_tensors:
-                        t.copy_(flat[offset : offset + t.numel()].view_as(t))
-                        offset += t.numel()
+        parts = [broadcast_tensors(bucket, src, is_src, chunk_bytes, group) for bucket in buckets(self._tensors())]
+        return combine(parts, materialised, kept)
 
     def _tensors(self) -> Iterator[torch.Tensor]:
         """Model then optimizer tensors in an order every rank derives the same way."""
@@ -146,45 +152,22 @@ class ElasticState:
     # -- disk ------------------------------------------------------------------------------
 
     def save(self, directory: str | os.PathLike[str]) -> Path | str:
-        """Write atomically: a crash (or a reader on another pod) never sees half a checkpoint.
+        """Write atomically (``write_checkpoint``); the step loop saves through ``rank/checkpoint_writer.py`` instead."""
+        return write_checkpoint(directory, self.snapshot())
 
-        ``directory`` is a local path (a mounted volume included) or an fsspec URL
-        (``s3://bucket/run``, ``memory://…``), so a rank on another pod and the flow can read
-        what this rank wrote. Local: temp file, fsync, rename. Elsewhere: one whole-object
-        write, which object stores make visible all at once (they have no rename).
-        """
+    def snapshot(self) -> dict[str, object]:
+        """The checkpoint payload, every tensor copied to host memory: later steps may change the live ones."""
         self.capture_rng()
-        payload = {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+        payload: dict[str, object] = {
+            "model": _to_host(self.model.state_dict()),
+            "optimizer": _to_host(self.optimizer.state_dict()),
             "meta": _meta_to_dict(self.meta),
         }
         if (scaler_state := self._scaler_state()) is not None:
-            payload["scaler"] = scaler_state
+            payload["scaler"] = _to_host(scaler_state)
         if (scheduler_state := self._scheduler_state()) is not None:
-            payload["scheduler"] = scheduler_state
-        fs, root = _filesystem(directory)
-        if not _is_local(fs):
-            buffer = io.BytesIO()
-            torch.save(payload, buffer)
-            fs.makedirs(root, exist_ok=True)
-            target = f"{root}/{CHECKPOINT_NAME}"
-            fs.pipe_file(target, buffer.getvalue())
-            return _unstrip(directory, fs, target)
-        local = Path(root)
-        local.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=local, prefix=".state-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                torch.save(payload, f)
-                f.flush()
-                os.fsync(f.fileno())
-            target_path = local / CHECKPOINT_NAME
-            os.replace(tmp, target_path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return target_path
+            payload["scheduler"] = _to_host(scheduler_state)
+        return payload
 
     def load(self, directory: str | os.PathLike[str]) -> None:
         if not has_checkpoint(directory):
@@ -196,6 +179,55 @@ class ElasticState:
         self.restore_rng()
         self._load_scaler(payload.get("scaler"))
         self._load_scheduler(payload.get("scheduler"))
+
+
+def write_checkpoint(directory: str | os.PathLike[str], payload: dict[str, object]) -> Path | str:
+    """Write a ``snapshot()`` atomically: a crash (or a reader on another pod) never sees half a checkpoint.
+
+    ``directory`` is a local path (a mounted volume included) or an fsspec URL
+    (``s3://bucket/run``, ``memory://…``), so a rank on another pod and the flow can read
+    what this rank wrote. Local: temp file, fsync, rename. Elsewhere: one whole-object
+    write, which object stores make visible all at once (they have no rename).
+    """
+    fs, root = _filesystem(directory)
+    if not _is_local(fs):
+        buffer = io.BytesIO()
+        torch.save(payload, buffer)
+        fs.makedirs(root, exist_ok=True)
+        target = f"{root}/{CHECKPOINT_NAME}"
+        fs.pipe_file(target, buffer.getvalue())
+        meta_buffer = io.BytesIO()
+        torch.save(payload["meta"], meta_buffer)
+        fs.pipe_file(f"{root}/{META_NAME}", meta_buffer.getvalue())  # second: read_meta trusts a newer sidecar only
+        return _unstrip(directory, fs, target)
+    local = Path(root)
+    local.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=local, prefix=".state-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        target_path = local / CHECKPOINT_NAME
+        os.replace(tmp, target_path)
+        _write_local_atomic(local, META_NAME, payload["meta"])  # second: read_meta trusts a newer sidecar only
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target_path
+
+
+def _to_host(obj: object) -> object:
+    """A deep copy whose tensors live in host memory (a state_dict's tensors alias the live ones)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: _to_host(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_to_host(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(_to_host(v) for v in obj)
+    return obj
 
 
 def buckets(tensors: Iterable[torch.Tensor]) -> list[list[torch.Tensor]]:
@@ -230,10 +262,29 @@ def _unstrip(directory: str | os.PathLike[str], fs: fsspec.AbstractFileSystem, p
 
 
 def read_checkpoint(directory: str | os.PathLike[str]) -> dict:
-    """The saved payload (``model``, ``optimizer``, ``meta``) from a path or fsspec URL."""
+    """The saved payload (``model``, ``optimizer``, ``meta``) from a path or fsspec URL.
+
+    A local file is memory-mapped (``mmap=True``): the tensors are read from the page cache as
+    they are copied into the model, not held a second time in a bytes object of the whole file.
+    """
     fs, root = _filesystem(directory)
+    if _is_local(fs):
+        return torch.load(f"{root}/{CHECKPOINT_NAME}", map_location="cpu", weights_only=True, mmap=True)
     with fs.open(f"{root}/{CHECKPOINT_NAME}", "rb") as f:
         return torch.load(io.BytesIO(f.read()), map_location="cpu", weights_only=True)
+
+
+def _write_local_atomic(local: Path, name: str, obj: object) -> None:
+    fd, tmp = tempfile.mkstemp(dir=local, prefix=".meta-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, local / name)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def has_checkpoint(directory: str | os.PathLike[str] | None) -> bool:
@@ -244,7 +295,35 @@ def has_checkpoint(directory: str | os.PathLike[str] | None) -> bool:
 
 
 def read_meta(directory: str | os.PathLike[str]) -> TrainMeta:
+    """The checkpoint's metadata (step, ``finished``...) without loading its tensors: from the
+    sidecar when it matches the checkpoint, else (a checkpoint from before the sidecar, or a
+    crash between the two writes) from the checkpoint itself."""
+    fs, root = _filesystem(directory)
+    sidecar = f"{root}/{META_NAME}"
+    if fs.isfile(sidecar):
+        with fs.open(sidecar, "rb") as f:
+            meta = _meta_from_dict(torch.load(io.BytesIO(f.read()), map_location="cpu", weights_only=True))
+        if _sidecar_current(fs, root):
+            return meta
     return _meta_from_dict(read_checkpoint(directory)["meta"])
+
+
+def _sidecar_current(fs: fsspec.AbstractFileSystem, root: str) -> bool:
+    """The sidecar was written after the checkpoint it describes (it is written second)."""
+    try:
+        return float(fs.modified(f"{root}/{META_NAME}").timestamp()) >= float(fs.modified(f"{root}/{CHECKPOINT_NAME}").timestamp())
+    except (NotImplementedError, OSError, AttributeError):
+        return False  # a store without modification times: read the checkpoint itself
+
+
+def _nbytes(obj: object) -> int:
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_nbytes(v) for v in obj.values())
+    if isinstance(obj, list):
+        return sum(_nbytes(v) for v in obj)
+    return 0
 
 
 def _describe(obj: object) -> object:

@@ -32,6 +32,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from elastic_tasks.rank import step as steps
 from elastic_tasks.rank.agreement import Agreed, Agreement, StepOutcome
+from elastic_tasks.rank.checkpoint_writer import CheckpointWriter
+from elastic_tasks.rank.step_clock import LocalClock
 from elastic_tasks.board import EventKind, JobBoard, JobStatus, RankEvent
 from elastic_tasks.rank.collective import CollectiveFailure, HookWitness, collective
 from elastic_tasks.rank.plan_watcher import Courier as _Courier
@@ -49,6 +51,7 @@ from elastic_tasks.devices import default_backend, process_group_backend, rank_d
 from elastic_tasks.rank import lr as lrs
 from elastic_tasks.rank.evaluate import RankEvaluation
 from elastic_tasks.rank.forward import RecipeStep
+from elastic_tasks.rank.hang_watch import HangWatch, abort_communicators, configure_nccl_error_mode, simulate_hang_requested
 from elastic_tasks.rank.loader import RankLoader
 from elastic_tasks.rank.noise_scale import GradientNoiseProbe
 from elastic_tasks.rank.records import RankRecords
@@ -118,6 +121,11 @@ class _Rank:
         self.agreement: Agreement | None = None  # this generation's end-of-step agreements
         self.noise = GradientNoiseProbe()  # gradient noise scale for goodput (issue 14)
         self.witness = HookWitness()  # tells a failed gradient allreduce from the recipe's own errors
+        self.checkpoints = CheckpointWriter()  # rank 0's periodic checkpoints, off the step loop
+        self.local_clock = LocalClock(self.device)  # straggler timing: CUDA events on a GPU
+        # Frees a data-plane collective that a lost peer left hanging (nccl); rank/hang_watch.py.
+        abort = abort_communicators if self.backend == "nccl" else (lambda: None)  # gloo cannot abort in flight
+        self.watch = HangWatch(board.aborted_generation, self.config.data_timeout_s, abort=abort, simulate_hang=simulate_hang_requested())
         self.wall.record(Phase.START, t_created, time.time())
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -127,6 +135,7 @@ class _Rank:
         if finished is not None:
             return finished
         self.courier.start()
+        self.watch.start()
         try:
             self.board.post(RankEvent(EventKind.READY, self.spec.uid, self.spec.join_version, 0))
             with self.wall.phase(Phase.WAITING):
@@ -150,6 +159,7 @@ class _Rank:
                         return self._result(RankExit.LEFT)
         finally:
             self.courier.stop()
+            self.watch.stop()
 
     def _finished_checkpoint(self) -> RankResult | None:
         """Idempotence: a job whose final checkpoint says finished is not trained again."""
@@ -172,10 +182,11 @@ class _Rank:
             self._form_group(plan)
         with self.wall.phase(Phase.STATE_TRANSFER):
             if plan.source == FROM_CHECKPOINT:
+                self.checkpoints.wait()
                 self.state.load(self.config.checkpoint_dir)  # type: ignore[arg-type]
             elif plan.source is not None:
-                with collective(f"state broadcast of generation {plan.version}"):
-                    self.state.broadcast(src=plan.members.index(plan.source))
+                with self.watch.data_plane(plan.version, "state broadcast"), collective(f"state broadcast of generation {plan.version}"):
+                    self.state.broadcast(src=plan.members.index(plan.source), chunk_bytes=self.config.broadcast_chunk_mb * 2**20)
         self._apply_batch(plan)
         self._open_loader()
         with collective(f"DDP set-up of generation {plan.version}"):  # it checks parameter shapes across ranks
@@ -190,7 +201,9 @@ class _Rank:
             self.board.post(RankEvent(EventKind.APPLIED, self.spec.uid, plan.version, meta.step, pause_s=pause, world_size=self.world))
 
     def _form_group(self, plan: Plan) -> None:
+        # The store is the control plane (short timeout); the group's collectives the data plane.
         timeout = timedelta(seconds=self.config.timeout_s)
+        configure_nccl_error_mode(self.backend)
         if self.rank == 0:
             store = dist.TCPStore(self.host, 0, self.world, is_master=True, timeout=timeout, wait_for_workers=False)
             self.board.set_rendezvous(plan.version, self.host, store.port)
@@ -199,7 +212,8 @@ class _Rank:
             store = dist.TCPStore(host, port, self.world, is_master=False, timeout=timeout)
         # Keep the previous generation's store alive a little longer: a slow peer may still close on it.
         self._stores = [*self._stores[-1:], store]
-        dist.init_process_group(process_group_backend(self.backend), store=store, rank=self.rank, world_size=self.world, timeout=timeout)
+        data_timeout = timedelta(seconds=self.config.data_timeout_s)
+        dist.init_process_group(process_group_backend(self.backend), store=store, rank=self.rank, world_size=self.world, timeout=data_timeout)
 
     def _apply_batch(self, plan: Plan) -> None:
         meta = self.state.meta
@@ -227,6 +241,8 @@ class _Rank:
                 dist.destroy_process_group()
 
     def _leave(self, plan: Plan, t_stop: float) -> RankResult:
+        with self.wall.phase(Phase.CHECKPOINT):
+            self.checkpoints.wait()  # what the loop saved is on disk before anyone is told it stopped
         if plan.kind == PlanKind.CHECKPOINT_STOP and self.rank == 0 and self.plan is not None:
             with self.wall.phase(Phase.CHECKPOINT):
                 self.state.save(self.config.checkpoint_dir)  # type: ignore[arg-type]
@@ -241,6 +257,8 @@ class _Rank:
         evaluation = self._evaluate() if evaluating and self.recipe.eval_sharded else None
         with self.wall.phase(Phase.REGROUP):
             self._drop_group()
+        with self.wall.phase(Phase.CHECKPOINT):
+            self.checkpoints.wait()
         if self.rank == 0:
             self.state.meta = dataclasses.replace(self.state.meta, finished=True)
             if self.config.checkpoint_dir is not None:
@@ -292,12 +310,12 @@ class _Rank:
         so the loop drains the one in flight before it switches generation or finishes.
         """
         while not self._done():
-            with self.wall.phase(Phase.STEPS):
+            with self.wall.phase(Phase.STEPS), self.watch.data_plane(self.plan.version if self.plan else -1, "a training step"):
                 plan = self._agree(self._step())
             cfg = self.config
             if cfg.checkpoint_every and self.rank == 0 and self.state.meta.step % cfg.checkpoint_every == 0:
-                with self.wall.phase(Phase.CHECKPOINT):
-                    self.state.save(cfg.checkpoint_dir)  # type: ignore[arg-type]
+                with self.wall.phase(Phase.CHECKPOINT):  # the snapshot to host memory; the write runs behind
+                    self.checkpoints.save(self.state, cfg.checkpoint_dir)  # type: ignore[arg-type]
             if plan is not None:
                 with self.wall.phase(Phase.STEPS):
                     self._settle()
@@ -340,8 +358,11 @@ class _Rank:
         # DDP averages gradients over ranks; scaling the local sum by world/batch makes the
         # update sum(all losses)/global_batch whatever the split.
         scale = self.world / batch
-        loss_sum = correct = 0.0
-        t_local, local_time = time.perf_counter(), 0.0
+        # Loss and hits add up on the device and are read once, after the step (no sync per micro-batch).
+        loss_sum = correct = torch.zeros((), dtype=torch.float32, device=self.device)
+        self.local_clock.start()
+        if self.config.noise_probe:
+            self.noise.begin_step(ddp.module, self.world, len(chunks))
         if self.spec.delay_s:
             time.sleep(self.spec.delay_s)
         for i, (a, b) in enumerate(chunks):
@@ -353,18 +374,21 @@ class _Rank:
                 n = b - a
                 if last:
                     # Local work ends where the gradient allreduce (waiting for peers) begins.
-                    local_time = time.perf_counter() - t_local
+                    self.local_clock.stop()
                 steps.backward(loss.float() * (n * scale), scaler)
                 self.noise.after_micro(ddp.module, n, scale, self.world)
-            loss_sum += float(loss.detach()) * n
-            correct += float(hits) if hits is not None else 0.0
-        self.noise.finish_step(ddp.module, batch, self.world)
+            loss_sum = loss_sum + loss.detach().float() * n
+            if hits is not None:
+                correct = correct + (hits.detach().float() if isinstance(hits, torch.Tensor) else float(hits))
+        # GradScaler's scale as a tensor: the probe divides it out on the device, without reading it.
+        self.noise.finish_step(ddp.module, batch, self.world, loss_scale=getattr(scaler, "_scale", None) if scaler is not None else None)
         with lrs.scaled_lrs(self.state.optimizer, lr_factor) as applied:
             steps.optimizer_step(self.state.optimizer, self.state.model, scaler, recipe.clip_grad_norm)
         lrs.after_step(self.state.scheduler)
         self.state.meta = dataclasses.replace(meta, step=meta.step + 1, samples_seen=meta.samples_seen + batch)
-        throughput = len(local) / max(local_time, 1e-9)
+        throughput = len(local) / max(self.local_clock.seconds(), 1e-9)
         clock = self.evaluation.schedule.clock() if self.rank == 0 else 0.0
+        loss_sum, correct = torch.stack([loss_sum, correct]).tolist()  # the step's one read of its loss
         return StepOutcome(meta.step, loss_sum, correct, len(local), throughput, batch, applied[0], t0, cpu0, applied, clock)
 
     def _agree(self, outcome: StepOutcome) -> Plan | None:
@@ -383,7 +407,8 @@ class _Rank:
         """Wait for the agreement in flight and record it (before a switch, a stop or the end);
         a plan it reveals is moot: the loop is leaving this generation anyway."""
         assert self.agreement is not None
-        self._record(self.agreement.settle(self.noise.value))
+        with self.watch.data_plane(self.plan.version if self.plan else -1, "agreement"):
+            self._record(self.agreement.settle(self.noise.value))
 
     def _next_plan(self, newest: int) -> Plan | None:
         """The plan to switch to at this boundary: the newest any rank has seen, once its step has come."""

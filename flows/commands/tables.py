@@ -6,6 +6,9 @@ import time
 from typing import TYPE_CHECKING
 
 from rich.table import Table
+from rich.text import Text
+
+from service.display import shown
 
 if TYPE_CHECKING:
     from flows.recording.record import JobOutcome
@@ -41,7 +44,8 @@ def jobs_table(rows):
     for col, just in (("id", "left"), ("name", "left"), ("state", "left"), ("gpus", "right"), ("batch", "right"), ("progress", "right"), ("eta", "right")):
         table.add_column(col, justify=just, no_wrap=True)
     for r in rows:
-        table.add_row(r.id, r.name[:20], r.state.value, str(r.gpus), str(r.batch), f"{100 * r.progress:.0f}%", _eta(r))
+        # A name is a submitter's free text: control characters escaped, no rich markup, bounded.
+        table.add_row(r.id, Text(shown(r.name, 24)), r.state.value, str(r.gpus), str(r.batch), f"{100 * r.progress:.0f}%", _eta(r))
     return table
 
 

@@ -50,6 +50,7 @@ _FLAGS = {
     "TrainConfig.max_batch_per_gpu": "--max-batch-per-gpu",
     "TrainConfig.checkpoint_every": "--checkpoint-every",
     "TrainConfig.timeout_s": "--timeout",
+    "TrainConfig.data_timeout_s": "--data-timeout",
 }
 
 
@@ -91,7 +92,8 @@ def train(
     restart: Annotated[bool, typer.Option("--restart", help="rescale through checkpoint-restart instead of in place")] = False,
     workers: Annotated[int | None, typer.Option("--workers", help="Dask workers (default: the most GPUs ever asked for)")] = None,
     seed: Annotated[int, typer.Option("--seed")] = 0,
-    timeout_s: Annotated[float, typer.Option("--timeout", help="seconds for any rendezvous or collective")] = 60.0,
+    timeout_s: Annotated[float, typer.Option("--timeout", help="control plane: seconds for a rendezvous, a plan, or survivors to notice a lost peer")] = 60.0,
+    data_timeout_s: Annotated[float, typer.Option("--data-timeout", help="data plane: seconds one gradient allreduce or state broadcast may take")] = 600.0,
     preflight: Annotated[
         bool | None,
         typer.Option("--preflight/--no-preflight", help="one step of the recipe here, on the ranks' device, before any worker starts (default: MALLEABLE_PREFLIGHT, true)"),
@@ -134,6 +136,7 @@ def train(
             checkpoint_dir=None if checkpoint_dir is None else str(checkpoint_dir),
             checkpoint_every=checkpoint_every,
             timeout_s=timeout_s,
+            data_timeout_s=data_timeout_s,
         )
     except (EntryPointError, ValueError) as exc:  # SettingsError is a ValueError
         fail(_as_flags(str(exc)))

@@ -1,0 +1,157 @@
+"""Two planes, two timeouts: a rank blocked in a data-plane collective is freed by the control plane.
+
+gloo and nccl fail differently when a peer dies. gloo raises in the survivors' next
+collective ("Connection closed by peer"). nccl does not: the survivors block inside the
+gradient allreduce until the process group's timeout, and torch's default error handling
+(``TORCH_NCCL_ASYNC_ERROR_HANDLING=1``, tear down) then kills the whole process, so the
+rank never reaches recovery (pytorch/elastic #134). So:
+
+* **Data plane** (gradient allreduce, state broadcast): the process group, with a long
+  timeout (``TrainConfig.data_timeout_s``) — a slow first step, a large broadcast or a peer
+  writing a checkpoint is not a failure.
+* **Control plane** (rendezvous, plans, the word that a peer is lost): the Dask scheduler and
+  the TCP store, with a short timeout (``TrainConfig.timeout_s``). The coordinator sees a
+  member's worker or task die and says so on the job board (``JobBoard.abort_generation``).
+* ``HangWatch``, a thread per rank, watches the rank's current data-plane region: once the
+  board says its generation lost a member, or the region outlives ``data_timeout_s``, it
+  *aborts* the communicators (``_abort_process_group``: local, never a collective destroy,
+  which would itself hang on the dead peer). The blocked collective then raises in the
+  survivor, which goes through the same ``CollectiveFailure`` → recovery → shrink in place
+  as on gloo.
+* nccl's own watchdog is set explicitly to ``TORCH_NCCL_ASYNC_ERROR_HANDLING=2``
+  (clean up only: abort the communicators and raise in the waiting thread, keep the
+  process), so that even the watchdog's timeout ends in recovery, not in a killed worker.
+
+gloo cannot abort a collective in flight (measured with torch 2.13: ``_abort_process_group``
+returns, the allreduce stays blocked until the peer's socket closes), so on gloo the watch only
+records the abort; the gloo collective raises by itself. To test nccl's semantics on CPU,
+``MALLEABLE_SIMULATE_NCCL_HANG=1`` in a rank's environment makes a failed collective *hang*
+in the survivor, as nccl's would, until the watch aborts it: the survivors must then be freed
+by the control plane within its timeout, and the job must still shrink in place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import torch.distributed as dist
+
+from elastic_tasks.rank.collective import CollectiveFailure
+
+# nccl's watchdog on a timed-out collective: 2 = abort the communicators and raise in the
+# waiting thread ("clean up only"), where torch's default (1) tears the process down.
+NCCL_ERROR_ENV = ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2")
+# Fault injection (tests, the CPU half of gpu_validation): a failed collective hangs like nccl's.
+SIMULATE_HANG_ENV = "MALLEABLE_SIMULATE_NCCL_HANG"
+# How often the watch looks at the region in progress: the detection delay it adds.
+POLL_S = 0.2
+# A region younger than this is not asked about on the board: most steps end first, and the
+# board is a round trip to the scheduler. Far below any control-plane timeout.
+SUSPECT_AFTER_S = 0.5
+
+
+def configure_nccl_error_mode(backend: str) -> None:
+    """Before an nccl group exists: the watchdog aborts and raises instead of killing the
+    process. A value the operator set is kept (documented in docs/elastic.md)."""
+    if backend == "nccl":
+        os.environ.setdefault(*NCCL_ERROR_ENV)
+
+
+def simulate_hang_requested() -> bool:
+    return os.environ.get(SIMULATE_HANG_ENV, "") == "1"
+
+
+def abort_communicators() -> None:
+    """Abort this process's default group locally (nccl: ``ncclCommAbort``); never collective."""
+    if dist.is_initialized():
+        with contextlib.suppress(Exception):
+            dist.distributed_c10d._abort_process_group()
+
+
+class HangWatch:
+    """Frees a rank from a data-plane collective that will never complete.
+
+    ``lost_generation`` is the control plane's answer to "which generation lost a member"
+    (``JobBoard.aborted_generation``); ``abort`` what aborting does (the communicators; only
+    where the backend can abort a collective in flight, i.e. nccl).
+    """
+
+    def __init__(
+        self,
+        lost_generation: Callable[[], int],
+        data_timeout_s: float,
+        *,
+        abort: Callable[[], None] = abort_communicators,
+        simulate_hang: bool = False,
+        poll_s: float = POLL_S,
+    ) -> None:
+        self.lost_generation = lost_generation
+        self.data_timeout_s = data_timeout_s
+        self.simulate_hang = simulate_hang
+        self.poll_s = poll_s
+        self.reason = ""
+        self.aborts: list[tuple[int, str, float]] = []  # (generation, why, seconds into the region)
+        self._abort = abort
+        self._aborted = threading.Event()
+        self._lock = threading.Lock()  # the region and the abort: a group is never aborted after it was dropped
+        self._region: tuple[int, float, str] | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="malleable-hang-watch")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    @contextlib.contextmanager
+    def data_plane(self, version: int, what: str) -> Iterator[None]:
+        """Around data-plane collectives of generation ``version``."""
+        with self._lock:
+            self._aborted.clear()
+            self.reason = ""
+            self._region = (version, time.monotonic(), what)
+        try:
+            yield
+        except CollectiveFailure as exc:
+            if self.simulate_hang:
+                # nccl's survivors would sit in the collective; so do we, until aborted (the
+                # watch bounds it by the data-plane timeout even without the control plane).
+                self._aborted.wait(self.data_timeout_s + self.poll_s * 5)
+            if self._aborted.is_set():
+                raise CollectiveFailure(f"{exc}; communicator aborted: {self.reason}") from exc
+            raise
+        finally:
+            with self._lock:
+                self._region = None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            with self._lock:
+                region = self._region
+            if region is None or self._aborted.is_set():
+                continue
+            version, t0, what = region
+            age = time.monotonic() - t0
+            if age >= self.data_timeout_s:
+                self._fire(region, f"{what} outlived the data-plane timeout ({self.data_timeout_s:g} s)")
+            elif age >= SUSPECT_AFTER_S:
+                try:
+                    lost = self.lost_generation()
+                except Exception:  # noqa: BLE001 - the scheduler is briefly unreachable: ask again next poll
+                    continue
+                if lost >= version:
+                    self._fire(region, f"the control plane declared a member of generation {version} lost")
+
+    def _fire(self, region: tuple[int, float, str], reason: str) -> None:
+        with self._lock:
+            if self._region is not region:  # the rank left the region meanwhile: nothing to free
+                return
+            self.reason = reason
+            self.aborts.append((region[0], reason, time.monotonic() - region[1]))
+            self._aborted.set()
+            self._abort()

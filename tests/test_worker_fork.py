@@ -1,0 +1,96 @@
+"""Issue 22.2: every worker we start can fork — also after its nanny restarted it.
+
+A daemonic worker process may not have children, so any recipe whose DataLoader has workers
+failed on a worker the nanny had restarted (``daemonic processes are not allowed to have
+children``): the nanny reads ``distributed.worker.daemon`` at each restart, long after the
+``dask.config.set`` block that built the cluster ended.
+"""
+
+import multiprocessing
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import dask
+import pytest
+from distributed import Client
+
+from deploy.clusters import KubeSpec, kube_cluster_spec
+from deploy.local import NON_DAEMONIC_ENV, local_gpu_cluster, training_worker_config
+
+FORK_RECIPE = '''
+import torch
+from functools import partial
+from torch import nn
+from elastic_tasks.recipe import LoaderOptions, TrainingRecipe
+
+
+class Rows(torch.utils.data.Dataset):
+    def __len__(self):
+        return 96
+
+    def __getitem__(self, i):
+        g = torch.Generator().manual_seed(i)
+        x = torch.randn(4, generator=g)
+        return x, (x.sum() > 0).long()
+
+
+def sgd(params, lr):
+    return torch.optim.SGD(params, lr=lr)
+
+
+def recipe():
+    # Two DataLoader worker processes per rank: only a non-daemonic Dask worker may start them.
+    return TrainingRecipe("forks", partial(nn.Linear, 4, 2), Rows(), nn.functional.cross_entropy, sgd, 0.05, 8,
+                          loader=LoaderOptions(num_workers=2))
+'''
+
+
+def _daemonic() -> bool:
+    return multiprocessing.current_process().daemon
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_worker_the_nanny_restarted_is_not_daemonic():
+    with local_gpu_cluster(1) as cluster, Client(cluster) as client:
+        client.wait_for_workers(1, timeout=60)
+        [before] = client.run(_daemonic).values()
+        client.restart_workers(list(client.scheduler_info()["workers"]), timeout=120)
+        client.wait_for_workers(1, timeout=60)
+        [after] = client.run(_daemonic).values()
+    assert (before, after) == (False, False)
+
+
+def test_nanny_processes_of_their_own_get_the_flag_for_good():
+    # dask spec / dask worker / Kubernetes: the nanny's own config, read at each restart.
+    assert training_worker_config()["distributed"]["worker"]["daemon"] is False
+    with dask.config.set(training_worker_config()):
+        assert dask.config.get("distributed.worker.daemon") is False
+    # The variable Dask reads at import, in the worker pods' environment.
+    env = {e["name"]: e["value"] for e in kube_cluster_spec(KubeSpec(workers=1))["spec"]["worker"]["spec"]["containers"][0]["env"]}
+    assert env.items() >= NON_DAEMONIC_ENV.items()
+    refreshed = dask.config.collect(env=NON_DAEMONIC_ENV)
+    assert refreshed["distributed"]["worker"]["daemon"] is False
+    deploy_doc = (Path(__file__).resolve().parents[1] / "docs" / "deploy.md").read_text()
+    assert "DASK_DISTRIBUTED__WORKER__DAEMON=False dask worker" in deploy_doc
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_train_with_dataloader_workers_through_a_nanny_restart(tmp_path):
+    # The issue's repro: a checkpoint-restart rescale restarts the workers under their nannies;
+    # the new ranks start DataLoader workers on them.
+    (tmp_path / "forkrecipe.py").write_text(FORK_RECIPE)
+    repo = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": repo}
+    malleable = Path(sys.executable).with_name("malleable")
+    out = subprocess.run(
+        [str(malleable), "train", "forkrecipe:recipe", "--gpus", "2", "--steps", "8", "--rescale-at", "4:1", "--restart",
+         "--checkpoint-dir", str(tmp_path / "ckpt"), "--no-track", "--no-preflight"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "daemonic" not in out.stdout + out.stderr
+    assert "steps 8" in out.stdout and "2 -> 1" in out.stdout
