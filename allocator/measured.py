@@ -37,8 +37,8 @@ from dataclasses import dataclass, replace
 
 from allocator.checks import require
 from allocator.goodput import NoiseModel, base_batch, efficiency
-from allocator.throughput import throughput
 from allocator.measured_types import MeasuredRate, MeasuredTable
+from allocator.throughput import throughput
 from allocator.types import Allocation, ClusterSnapshot, JobSpec, RunningJob, Share
 
 

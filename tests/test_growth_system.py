@@ -21,7 +21,7 @@ TOLERANCE = TrustSettings().tolerance
 
 def test_a_job_that_ran_fast_on_two_gpus_is_not_left_slower_there_after_it_grows_back(tmp_path):
     # B arrives late enough for A to have run (and measured) on both workers first.
-    run = run_growth(tmp_path, "resnet_small", samples_a=24_000, samples_b=6_000, b_arrival_s=15.0, interval_s=3.0)
+    run = run_growth(tmp_path, "resnet_small", samples_a=30_000, samples_b=6_000, b_arrival_s=25.0, interval_s=3.0)
     a, b = run.a, run.b
     b_start = b[0].time
     assert [g for g in a if g.gpus == 2 and g.time < b_start and g.measured is not None], f"A never measured both workers before B: {a}"

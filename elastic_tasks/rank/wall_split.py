@@ -9,9 +9,8 @@ two clock reads per phase change and nothing per step beyond them (no synchronis
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from allocator.wall_split import Phase, PhaseInterval
 
@@ -28,7 +27,9 @@ class WallTimeline:
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
         self.intervals: list[PhaseInterval] = []
-        self._stack: list[tuple[Phase, float]] = []  # open phases, innermost last, each with when its current segment began
+        self._scopes: dict[Phase, _Scope] = {}
+        # Open phases, innermost last: (phase, when it began, when its current segment began).
+        self._stack: list[tuple[Phase, float, float]] = []
 
     def record(self, phase: Phase, t0: float, t1: float) -> None:
         """An interval timed by the caller (e.g. the rank's set-up, before the timeline existed)."""
@@ -43,24 +44,43 @@ class WallTimeline:
         else:
             self.intervals.append(PhaseInterval(phase, t0, t1))
 
-    @contextlib.contextmanager
-    def phase(self, phase: Phase) -> Iterator[None]:
-        began = self._clock()
-        self._stack.append((phase, began))
-        try:
-            yield
-        finally:
-            now = self._clock()
-            _, segment = self._stack.pop()
-            if self._stack and now - began < MIN_NESTED_S:
-                pass  # a check that found nothing to do (an evaluation not due): the outer phase's time
-            elif self._stack:
-                outer, outer_segment = self._stack[-1]
-                self._close(outer, outer_segment, began)
-                self._close(phase, segment, now)
-                self._stack[-1] = (outer, now)
-            else:
-                self._close(phase, segment, now)
+    def phase(self, phase: Phase) -> _Scope:
+        """``with timeline.phase(Phase.STEPS): ...`` — a reused object, not a generator: it runs on
+        every step, so it costs two clock reads and a list push/pop, nothing more."""
+        scope = self._scopes.get(phase)
+        if scope is None:
+            scope = self._scopes[phase] = _Scope(self, phase)
+        return scope
+
+    def _enter(self, phase: Phase) -> None:
+        now = self._clock()
+        self._stack.append((phase, now, now))
+
+    def _exit(self, phase: Phase) -> None:
+        now = self._clock()
+        _, began, segment = self._stack.pop()
+        if not self._stack:
+            self._close(phase, segment, now)
+            return
+        outer, outer_began, outer_segment = self._stack[-1]
+        if now - began < MIN_NESTED_S:
+            return  # a check that found nothing to do (an evaluation not due): the outer phase's time
+        self._close(outer, outer_segment, began)
+        self._close(phase, segment, now)
+        self._stack[-1] = (outer, outer_began, now)
 
     def snapshot(self) -> tuple[PhaseInterval, ...]:
         return tuple(self.intervals)
+
+
+class _Scope:
+    __slots__ = ("_timeline", "_phase")
+
+    def __init__(self, timeline: WallTimeline, phase: Phase) -> None:
+        self._timeline, self._phase = timeline, phase
+
+    def __enter__(self) -> None:
+        self._timeline._enter(self._phase)
+
+    def __exit__(self, *exc: object) -> None:
+        self._timeline._exit(self._phase)
