@@ -12,12 +12,24 @@ Checks, each on its own so a failure or a skip does not hide the others:
                       Adam state equals the survivor's (needs 2 GPUs)
   profile_amp         resnet_10m / vgg_10m / tiny_lm iteration time at GPU batch sizes, fp32
                       against bf16 autocast (and fp16) side by side: ms and the speed-up ratio
+  elastic_in_place    the product (the rank loop of `malleable train`, benchmarks/gpu_product.py)
+                      for each of --models (tiny_lm, resnet_small) on nccl: 1->2->1 in place
+                      (2->4->2 with 4 GPUs), the pause of each change and the peak memory
+  killed_rank         the same, one rank SIGKILLed mid-run: finished with the exact sample
+                      count, the recovery's pause and the steps lost
+  probe_overhead      the gradient-noise probe's cost per step (skipped: it cannot be switched
+                      off on the product path yet, so there is no side-by-side to measure)
+
+On CPU (no GPU lent) elastic_in_place and killed_rank still run the product, on gloo with
+virtual GPUs, as a smoke of the path; what only a GPU shows (nccl, CUDA memory, AMP) is
+listed under skipped / skipped_parts.
 
 Figures (last line, JSON): cuda (bool), gpus, skipped {check: reason}, and per check its
 figures (<model>_<precision>_ms_b<b>, <model>_bf16_speedup_b<b>, ckpt_save_ms, ckpt_load_ms,
 workers_distinct_devices, ...).
 
-Run: python benchmarks/gpu_validation.py [--batches 64,128,256] [--repeats 10]
+Run: python benchmarks/gpu_validation.py [--batches 64,128,256] [--repeats 10] [--only a,b]
+     [--models elastic_tasks.examples:tiny_lm,elastic_tasks.examples:resnet_small] [--steps 30] [--batch 32]
 """
 
 from __future__ import annotations
@@ -151,11 +163,52 @@ def profile_amp(args: argparse.Namespace) -> dict[str, object]:
     return out
 
 
+def _gpus() -> int:
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _product_run(args: argparse.Namespace, entry: str):  # noqa: ANN202
+    from gpu_product import Run
+
+    return Run(entry, args.steps, args.batch, "nccl" if _gpus() else "gloo")
+
+
+def elastic_in_place(args: argparse.Namespace) -> dict[str, object]:
+    from gpu_product import elastic_in_place as run
+
+    gpus = _gpus()
+    if gpus == 1:
+        raise Skip("an in-place grow needs 2 CUDA devices, this machine has 1")
+    out: dict[str, object] = {} if gpus else {"skipped_parts": "no CUDA: gloo on virtual GPUs; peak memory is the process RSS, not CUDA's"}
+    for entry in args.models:
+        out[entry.rsplit(":", 1)[-1]] = run(_product_run(args, entry), gpus or 2)
+    return out
+
+
+def killed_rank(args: argparse.Namespace) -> dict[str, object]:
+    from gpu_product import killed_rank as run
+
+    gpus = _gpus()
+    if gpus == 1:
+        raise Skip("surviving a killed rank needs 2 CUDA devices, this machine has 1")
+    out: dict[str, object] = {} if gpus else {"skipped_parts": "no CUDA: gloo on 3 virtual GPUs (gloo raises where nccl hangs; tests/test_nccl_hang_system.py simulates the hang)"}
+    for entry in args.models:
+        out[entry.rsplit(":", 1)[-1]] = run(_product_run(args, entry), min(3, gpus) if gpus else 3)
+    return out
+
+
+def probe_overhead(args: argparse.Namespace) -> dict[str, object]:
+    raise Skip("the noise probe cannot be switched off on the product path in this branch: no side-by-side to time")
+
+
 CHECKS: dict[str, Callable[[argparse.Namespace], dict[str, object]]] = {
     "device_assignment": device_assignment,
     "state_round_trip": state_round_trip,
     "state_broadcast": state_broadcast,
     "profile_amp": profile_amp,
+    "elastic_in_place": elastic_in_place,
+    "killed_rank": killed_rank,
+    "probe_overhead": probe_overhead,
 }
 
 
@@ -163,12 +216,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", default="64,128,256")
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--only", default=",".join(CHECKS), help="checks to run, comma-separated")
+    parser.add_argument("--models", default="elastic_tasks.examples:tiny_lm,elastic_tasks.examples:resnet_small")
+    parser.add_argument("--steps", type=int, default=30, help="steps of each product run")
+    parser.add_argument("--batch", type=int, default=32, help="global batch of each product run")
     args = parser.parse_args()
     args.batches = tuple(int(b) for b in args.batches.split(","))
+    args.models = [m for m in args.models.split(",") if m]
+    only = [c for c in args.only.split(",") if c]
+    unknown = [c for c in only if c not in CHECKS]
+    if unknown:
+        parser.exit(2, f"--only={args.only!r}: unknown check {unknown[0]!r} (known: {', '.join(CHECKS)})\n")
     cuda = torch.cuda.is_available()
     figures: dict[str, object] = {"cuda": cuda, "gpus": torch.cuda.device_count() if cuda else 0, "torch": torch.__version__}
     skipped: dict[str, SkipReason] = {}
     for name, check in CHECKS.items():
+        if name not in only:
+            continue
         t0 = time.perf_counter()
         try:
             result = check(args)
