@@ -7,7 +7,8 @@
   training step begins), nothing subtracted.
 * ``submissions_per_s``: ``--submissions`` jobs through ``ServiceClient.submit`` into an empty
   sqlite store, one transaction each, one client; ``submissions_per_s_postgres`` the same on
-  the PostgreSQL server at 127.0.0.1:5432 when it answers.
+  the PostgreSQL server at 127.0.0.1:5432 when it answers (``_async_commit``: with
+  ``JobStore(async_commit_submissions=True)``, a commit that does not wait for its WAL flush).
 * ``decision_ms_1000_queued``: one decision of the loop (admission + ``elastic_dp``) with 1000
   queued jobs on 64 GPUs, median of 5.
 * ``poll_ms_1000_queued`` / ``poll_ms_10000_queued``: one poll of a running service's feed
@@ -107,8 +108,8 @@ def submit_latency(n_jobs: int, workdir: Path) -> list[float]:
     return latencies
 
 
-def submissions_per_s(url: str, n: int) -> float:
-    client = ServiceClient(JobStore(url), submitter="bench")
+def submissions_per_s(url: str, n: int, async_commit: bool = False) -> float:
+    client = ServiceClient(JobStore(url, async_commit_submissions=async_commit), submitter="bench")
     e = entry("s", 1000)
     t0 = time.perf_counter()
     for i in range(n):
@@ -363,7 +364,8 @@ def main() -> None:
         try:
             if pg is not None:
                 out["submissions_per_s_postgres"] = round(submissions_per_s(pg, args.submissions), 1)
-                print(f"submissions into PostgreSQL: {out['submissions_per_s_postgres']:.0f}/s")
+                out["submissions_per_s_postgres_async_commit"] = round(submissions_per_s(pg, args.submissions, async_commit=True), 1)
+                print(f"submissions into PostgreSQL: {out['submissions_per_s_postgres']:.0f}/s, {out['submissions_per_s_postgres_async_commit']:.0f}/s without waiting for each WAL flush")
             out.update(poll_figures(work, pg_poll))
         finally:
             for url in (pg, pg_poll):
