@@ -122,8 +122,14 @@ def new_job_id() -> str:
 class JobStore:
     """One store; cheap to open (a connection pool), safe to share between threads."""
 
-    def __init__(self, url: str, *, create: bool = True) -> None:
+    def __init__(self, url: str, *, create: bool = True, async_commit_submissions: bool = False) -> None:
+        """``async_commit_submissions`` (PostgreSQL): a submission's commit does not wait for its
+        WAL flush (``synchronous_commit=off`` for that transaction only): several times the
+        submissions per second where an fsync is slow, at the price that a *database server*
+        crash within ~0.2 s may lose an acknowledged submission (never half of one; the
+        database stays consistent). Retrying with the same idempotency key makes it whole."""
         self.url = url
+        self.async_commit_submissions = async_commit_submissions
         self._role: str | None = None
         self.engine = make_engine(url, create=create)
         try:
@@ -254,6 +260,8 @@ class JobStore:
         )  # fmt: skip
         try:
             with self.writing("submit jobs"), self.engine.begin() as conn:
+                if self.async_commit_submissions and conn.dialect.name == "postgresql":
+                    conn.exec_driver_sql("SET LOCAL synchronous_commit TO off")
                 conn.execute(insert(schema.jobs).values(**values))
                 self._notify(conn)
         except IntegrityError:
@@ -321,7 +329,8 @@ class JobStore:
         """Cancel requests the service has not acted on yet; each returned once."""
         c = schema.jobs.c
         with self.engine.begin() as conn:
-            ids = list(conn.execute(select(c.id).where(c.cancel_requested.is_(True), c.cancel_seen.is_(False))).scalars())
+            # "= true", not "IS true": PostgreSQL uses the (cancel_requested, cancel_seen) index only for "=".
+            ids = list(conn.execute(select(c.id).where(c.cancel_requested == True, c.cancel_seen == False)).scalars())  # noqa: E712
             if ids:
                 conn.execute(update(schema.jobs).where(c.id.in_(ids)).values(cancel_seen=True))
         return ids

@@ -97,6 +97,8 @@ def service_cases(c: Callable[..., object], mlp: str, jobs_file: Path) -> tuple:
         c("serve-idle-nodes-greedy", "serve --policy idle_nodes_greedy", "--policy='idle_nodes_greedy'", "node names"),
         c("serve-unknown-policy", "serve --policy nope", "nope"),
         c("serve-interval-inf", "serve --interval inf", "--interval=inf"),
+        c("run-idle-nodes-milp", ["run", str(jobs_file), "--policy", "idle_nodes_milp"], "--policy='idle_nodes_milp'", "node names"),
+        c("run-simulate-idle-nodes-fifo", ["run", str(jobs_file), "--simulate", "--policy", "idle_nodes_fifo"], "--policy='idle_nodes_fifo'", "node names"),
         # plan and compare
         c("plan-unfittable-job", "plan j_mingpus8.yaml", "min_gpus=8", "gpus=4"),
         c("compare-out-dir", "compare --out adir", "--out='adir'", "is a directory"),
