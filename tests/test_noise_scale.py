@@ -149,7 +149,7 @@ def test_schedule_samples_rarely_when_the_terms_are_steady_and_every_step_when_n
     for _ in range(50):
         steady.observe(1.0 + 0.01 * rng.standard_normal(), 100.0 + rng.standard_normal(), 1.0, 100.0)
         noisy.observe(1.0 + 10 * rng.standard_normal(), 100.0 + 1000 * rng.standard_normal(), 1.0, 100.0)
-    # cv^2 ~ 2e-4 -> N = floor(2000 * 0.2^2 / 2e-4) clamps at max_every; cv^2 ~ 200 -> N = floor(80 / 200) -> 1
+    # cv^2 ~ 2e-4 -> N = floor(2000 * 0.1^2 / 2e-4) clamps at max_every; cv^2 ~ 200 -> N = floor(20 / 200) -> 1
     assert steady.every == steady.max_every and noisy.every == 1
     picks = [steady.due() for _ in range(4 * steady.max_every)]
     assert sum(picks) == 4
