@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from allocator.types import Allocation, JobSpec, RescaleEvent, Share, ThroughputProfile
+from allocator.types import Allocation, JobSpec, MeasuredTable, RescaleEvent, Share, ThroughputProfile
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +82,21 @@ class ProfileReporter(Protocol):
 
 def reported_profile(executor: Executor, job_id: str, now: float) -> ThroughputProfile | None:
     return executor.profile(job_id, now) if isinstance(executor, ProfileReporter) else None
+
+
+@runtime_checkable
+class MeasurementReporter(Protocol):
+    """What an executor may add to ``Executor``: the samples/s each running job measured per
+    configuration it ran (``allocator.measured``); the loop trusts them over the model. The
+    simulators have none: their jobs run at their model by construction."""
+
+    def measured(self, job_id: str, now: float) -> MeasuredTable | None:
+        """The job's table (None: nothing measured yet)."""
+        ...
+
+
+def reported_measurements(executor: Executor, job_id: str, now: float) -> MeasuredTable | None:
+    return executor.measured(job_id, now) if isinstance(executor, MeasurementReporter) else None
 
 
 @runtime_checkable

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from allocator.admission import OverflowMode, admit, reallocate
-from allocator.execution import Clock, Executor, reported_noise_scale, reported_profile, waiting_starts
+from allocator.execution import Clock, Executor, reported_measurements, reported_noise_scale, reported_profile, waiting_starts
 from allocator.goodput import NoiseModel
+from allocator.measured import TrustSettings, Value, goodput_value, rate_value, trust_measurements, would_revert
 from allocator.policies.base import Policy
 from allocator.sources import EPS, JobSource, StaticJobs
 from allocator.types import Allocation, ClusterSnapshot, InfeasibleError, JobSpec, RescaleEvent, RunningJob
@@ -35,6 +36,7 @@ class LoopSettings:
     strict_fifo: bool = True
     react_to_events: bool = True
     horizon_s: float | None = None
+    trust: TrustSettings | None = TrustSettings()  # None: the policy's answer as is, measurements or not
 
     def __post_init__(self) -> None:
         if not (self.interval_s > 0):
@@ -139,8 +141,7 @@ class _Tracking:
 
 def _fits_alone(job: JobSpec, capacity: int, policy: Policy, time: float) -> bool:
     """Could the job ever run, on an otherwise empty cluster? If not, queueing it is pointless."""
-    alone = ClusterSnapshot(time=time, capacity=capacity, queued=(job,))
-    return bool(admit(alone, policy, OverflowMode.DROP).admitted)
+    return bool(admit(ClusterSnapshot(time=time, capacity=capacity, queued=(job,)), policy, OverflowMode.DROP).admitted)
 
 
 def _record_changes(track: _Tracking, now: float, previous: Allocation, new: Allocation) -> None:
@@ -175,6 +176,18 @@ def _noise_moved(policy: Policy, running: dict[str, JobSpec], executor: Executor
         if seen != decided.get(job_id):
             return True
     return False
+
+
+def _value(policy: Policy) -> Value:
+    """How the measured-rate adapter compares batches: as the policy does (goodput or samples/s)."""
+    return goodput_value(policy) if isinstance(policy, NoiseModel) else rate_value
+
+
+def _running_now(running: dict[str, JobSpec], allocation: Allocation, executor: Executor, now: float) -> tuple[RunningJob, ...]:
+    return tuple(
+        RunningJob(_as_measured(spec, executor, now), allocation.get(j), executor.progress(j, now), reported_noise_scale(executor, j, now), reported_measurements(executor, j, now))
+        for j, spec in running.items()
+    )
 
 
 def _remove(allocation: Allocation, job_id: str) -> Allocation:
@@ -283,16 +296,15 @@ def run_loop(
         on_tick = now >= next_tick - EPS
         if on_tick and not dirty and _noise_moved(policy, running, executor, now, decided_noise):
             dirty = True  # a goodput policy's batch follows a job's noise scale: decide again at the tick
+        if on_tick and not dirty and settings.trust is not None and running and allocation.total_gpus <= cap:
+            # A job measured its exploration worse than a configuration it ran before: revert it now.
+            now_running = ClusterSnapshot(time=now, capacity=cap, running=_running_now(running, allocation, executor, now))
+            dirty = would_revert(now_running, allocation, settings.trust, _value(policy))
         if dirty and (on_tick or settings.react_to_events) and allocation.total_gpus <= cap:
             snapshot = ClusterSnapshot(
                 time=now,
                 capacity=cap,
-                running=tuple(
-                    RunningJob(
-                        _as_measured(spec, executor, now), allocation.get(jid), executor.progress(jid, now), reported_noise_scale(executor, jid, now)
-                    )
-                    for jid, spec in running.items()
-                ),
+                running=_running_now(running, allocation, executor, now),
                 queued=tuple(waiting),
             )
             try:
@@ -304,6 +316,8 @@ def run_loop(
                     decided_noise = {r.spec.id: policy.noise_scale(r.spec, r.samples_done, r.noise_scale) for r in snapshot.running}
                     decided_noise |= {j.id: policy.noise_scale(j, 0.0) for j in decision.admission.admitted}
                 new = decision.allocation
+                if settings.trust is not None:
+                    new = trust_measurements(snapshot, new, settings.trust, _value(policy))
                 for job in decision.admission.admitted:
                     running[job.id] = job
                     track.start[job.id] = now

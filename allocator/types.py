@@ -17,6 +17,7 @@ from enum import Enum
 
 from allocator.allocation import Allocation, Share, validate_allocation
 from allocator.checks import MAX_BATCH, finite_nonneg, positive_int, require
+from allocator.measured_types import MeasuredRate, MeasuredTable
 from allocator.noise import NoiseTrajectory
 from allocator.profile_types import AllreduceModel, ThroughputProfile
 
@@ -27,6 +28,8 @@ __all__ = [
     "ClusterSnapshot",
     "InfeasibleError",
     "JobSpec",
+    "MeasuredRate",
+    "MeasuredTable",
     "NoiseTrajectory",
     "RescaleEvent",
     "RescaleKind",
@@ -140,6 +143,8 @@ class RunningJob:
     samples_done: float = 0.0
     noise_scale: float | None = None
     """The job's latest reported gradient noise scale (goodput policies prefer it to a model)."""
+    measured: MeasuredTable | None = None
+    """What the job measured per configuration (None: its executor measures nothing); ``allocator.measured``."""
 
     def __post_init__(self) -> None:
         finite_nonneg(f"job {self.spec.id!r}", "samples_done", self.samples_done)
@@ -151,6 +156,9 @@ class RunningJob:
                 self.noise_scale,
                 "must be a number > 0 (inf allowed) or None",
             )
+        require(
+            self.measured is None or isinstance(self.measured, MeasuredTable), f"job {self.spec.id!r}", "measured", self.measured, "must be a MeasuredTable or None"
+        )
 
     @property
     def remaining_samples(self) -> float:

@@ -16,6 +16,9 @@ Figures (so far):
                           job's first failing step to the command's exit (the good one finishes)
   seconds_to_exit_after_sigint          Ctrl-C (SIGINT to the process group) of a running
                           `malleable run`: to the process's exit, one line, no orphans
+  seconds_to_exit_after_double_sigterm  two SIGTERMs to an idle `malleable serve` (issue 28;
+                          benchmarks/service_faults.py also sends one in its first instant,
+                          three, Ctrl-C twice, a hostile job name, a read-only PostgreSQL role)
 
 Run: python benchmarks/faults_bench.py [--only bad_inputs]
 """
@@ -217,7 +220,9 @@ def sigint(work: Path) -> Figures:
     return {"faults_injected": 1, "faults_survived": int(ok), "seconds_to_exit_after_sigint": round(took, 2)}
 
 
-PROBES: list[Callable[[Path], Figures]] = [bad_inputs, damaged_state, unreachable, job_failure, sigint]
+from benchmarks.service_faults import service_faults  # noqa: E402
+
+PROBES: list[Callable[[Path], Figures]] = [bad_inputs, damaged_state, unreachable, job_failure, sigint, service_faults]
 
 
 def merge(into: Figures, new: Figures) -> None:

@@ -18,7 +18,14 @@ receive ~77 MB of parameters and momentum), global batch 32:
   shared machine the wall ratio is noisy, so two steadier figures come with it: the ratio of
   CPU time per step of rank 0's whole process (all threads, so the elastic trainer's
   background courier counts), and the time of the trainer's own collective (the end-of-step
-  agreement) as a share of the step.
+  agreement) as a share of the step. Each round runs the elastic trainer twice, with the
+  gradient-noise probe on (what users run: ``steady_*``) and off (``*_no_probe``), so the
+  probe's own share (``probe_cpu_share_pct``: CPU time per step, on vs off) comes from the same run.
+* ``noise_scale_rel_error``: on the example ``mlp_tiny`` (one rank, accumulation 4), the
+  trainer's cheap probe (fused float32 norms, first micro-batch, sampled every N steps)
+  against the reference every-step float64 estimator (every micro-batch's gradient), fed the
+  same gradients; the relative difference of their smoothed estimates averaged over the
+  second half of the run (trace and |G|^2 averaged apart, then divided).
 
 Usage: ``python benchmarks/rescale_bench.py [--events 3] [--steady-steps 25]``.
 The last printed line is one JSON object.
@@ -91,9 +98,10 @@ def run_plain(client: Client, workers: list[str], steps: int, port: int) -> tupl
     return statistics.median(times[3:]), statistics.median(cpu[3:])
 
 
-def run_elastic_steady(client: Client, steps: int, tag: str) -> tuple[float, float, float]:
+def run_elastic_steady(client: Client, steps: int, tag: str, probe: bool = True) -> tuple[float, float, float]:
     """Median step wall time, step CPU time and end-of-step agreement time (the trainer's own collectives)."""
-    job = JobCoordinator(client, WorkerPool(client), f"steady-{tag}", ENTRY, TrainConfig(global_batch=BATCH, max_steps=steps, timeout_s=60, evaluate=False))
+    config = TrainConfig(global_batch=BATCH, max_steps=steps, timeout_s=60, evaluate=False, noise_probe=probe)
+    job = JobCoordinator(client, WorkerPool(client), f"steady-{tag}-{'probe' if probe else 'off'}", ENTRY, config)
     job.start(2)
     result = job.wait(600)
     steady = result.history[3:]
@@ -102,6 +110,53 @@ def run_elastic_steady(client: Client, steps: int, tag: str) -> tuple[float, flo
         statistics.median(h.cpu_s for h in steady),
         statistics.median(h.agree_s for h in steady),
     )
+
+
+def noise_scale_rel_error(steps: int = 400, batch: int = 64, micro: int = 16) -> tuple[float, float, float, int]:
+    """The cheap probe vs the every-step float64 reference on the same gradients (see the docstring)."""
+    import torch
+
+    from elastic_tasks.rank.noise_scale import GradientNoiseProbe, NoiseScaleEstimator, noise_terms
+    from elastic_tasks.recipe import load_entry_point, to_device
+    from elastic_tasks.rank.sharding import EpochSampler
+
+    recipe = load_entry_point("elastic_tasks.examples.recipes:mlp_tiny")
+    torch.manual_seed(0)
+    model = recipe.build_model()
+    opt = recipe.make_optimizer(model.parameters(), recipe.base_lr * batch / recipe.base_batch)
+    sampler = EpochSampler(len(recipe.dataset), 0)
+    probe, reference = GradientNoiseProbe(), NoiseScaleEstimator()
+    cheap_values, ref_values = [], []
+
+    def sq64(tensors: list[torch.Tensor]) -> float:
+        return float(sum(t.double().pow(2).sum() for t in tensors))
+
+    for step in range(steps):
+        indices = sampler.step_indices(step * batch, batch)
+        opt.zero_grad(set_to_none=True)
+        probe.begin_step(model, world=1, micro_batches=batch // micro)
+        previous, micro_sq = None, []
+        for a in range(0, batch, micro):
+            chunk = [recipe.dataset[int(i)] for i in indices[a : a + micro]]
+            loss, _ = recipe.loss(model, to_device(recipe.collate(chunk), torch.device("cpu")))
+            (loss * (len(chunk) / batch)).backward()
+            probe.after_micro(model, len(chunk), 1 / batch, world=1)
+            grads = [p.grad.double() for p in model.parameters() if p.grad is not None]
+            diff = grads if previous is None else [g - p for g, p in zip(grads, previous)]
+            micro_sq.append(sq64(diff) / (len(chunk) / batch) ** 2)  # the micro-batch's mean gradient
+            previous = [g.clone() for g in grads]
+        big = sq64([p.grad for p in model.parameters() if p.grad is not None])
+        reference.update(noise_terms(sum(micro_sq) / len(micro_sq), micro, big, batch))
+        cheap = probe.finish_step(model, batch, world=1)
+        opt.step()
+        if step >= steps // 2 and probe.estimator.grad_sq is not None:
+            # Numerator and denominator averaged apart, then divided (McCandlish et al.'s advice).
+            cheap_values.append((probe.estimator.trace, probe.estimator.grad_sq))
+            ref_values.append((reference.trace, reference.grad_sq))
+    del cheap
+    cheap_mean = statistics.mean(t for t, _ in cheap_values) / statistics.mean(g for _, g in cheap_values)
+    ref_mean = statistics.mean(t for t, _ in ref_values) / statistics.mean(g for _, g in ref_values)
+    return abs(cheap_mean - ref_mean) / abs(ref_mean), cheap_mean, ref_mean, probe.schedule.every
 
 
 def main() -> None:
@@ -121,23 +176,33 @@ def main() -> None:
         # Other load on the machine drifts over minutes: pair each elastic round with the plain
         # round just before it, alternate which goes first, and take the median paired ratio.
         plain, elastic, ratios, agree, cpu_ratios = [], [], [], [], []
+        off_ratios, off_cpu_ratios, probe_cpu = [], [], []
         for i in range(args.rounds):
             first_plain = i % 2 == 0
             if first_plain:
                 plain_run = run_plain(client, workers, args.steady_steps, 29500 + i)
-            step_s, cpu_s, agree_s = run_elastic_steady(client, args.steady_steps, str(i))
+            # The probe on and off back to back, in alternating order too.
+            order = (True, False) if first_plain else (False, True)
+            runs = {probe: run_elastic_steady(client, args.steady_steps, str(i), probe) for probe in order}
             if not first_plain:
                 plain_run = run_plain(client, workers, args.steady_steps, 29500 + i)
+            (step_s, cpu_s, agree_s), (off_s, off_cpu, _) = runs[True], runs[False]
             plain.append(plain_run[0])
             elastic.append(step_s)
             agree.append(agree_s)
             ratios.append(step_s / plain_run[0])
             cpu_ratios.append(cpu_s / plain_run[1])
+            off_ratios.append(off_s / plain_run[0])
+            off_cpu_ratios.append(off_cpu / plain_run[1])
+            probe_cpu.append(cpu_s / off_cpu)
             print(
                 f"steady round {i}: plain DDP {plain_run[0]:.4f} s/step ({plain_run[1]:.4f} CPU), "
-                f"elastic {step_s:.4f} s/step ({cpu_s:.4f} CPU), wall ratio {ratios[-1]:.4f}, CPU ratio {cpu_ratios[-1]:.4f}"
+                f"elastic probe on {step_s:.4f} s/step ({cpu_s:.4f} CPU), probe off {off_s:.4f} s/step ({off_cpu:.4f} CPU); "
+                f"wall ratio on {ratios[-1]:.4f} off {off_ratios[-1]:.4f}, CPU ratio on {cpu_ratios[-1]:.4f} off {off_cpu_ratios[-1]:.4f}"
             )
         plain_s, elastic_s = statistics.median(plain), statistics.median(elastic)
+        rel_error, cheap_noise, ref_noise, every = noise_scale_rel_error()
+        print(f"noise scale on mlp_tiny: cheap probe {cheap_noise:.2f} (sampling every {every} steps at the end), every-step float64 {ref_noise:.2f}")
 
         config = TrainConfig(global_batch=BATCH, max_steps=100_000, timeout_s=60, checkpoint_dir=ckpt, evaluate=False)
         job = JobCoordinator(client, WorkerPool(client), "rescale", ENTRY, config)
@@ -185,6 +250,10 @@ def main() -> None:
         "steady_ratio_max": round(max(ratios), 4),
         "steady_rounds": len(ratios),
         "steady_cpu_overhead_pct": round(100 * (statistics.median(cpu_ratios) - 1), 2),
+        "steady_overhead_no_probe_pct": round(100 * (statistics.median(off_ratios) - 1), 2),
+        "steady_cpu_overhead_no_probe_pct": round(100 * (statistics.median(off_cpu_ratios) - 1), 2),
+        "probe_cpu_share_pct": round(100 * (statistics.median(probe_cpu) - 1), 2),
+        "noise_scale_rel_error": round(rel_error, 4),
         "agree_s": round(statistics.median(agree), 5),
         "agree_pct_of_step": round(100 * statistics.median(agree) / elastic_s, 3),
         "wall_s": round(time.time() - t_start, 1),

@@ -7,10 +7,17 @@
   training step begins), nothing subtracted.
 * ``submissions_per_s``: ``--submissions`` jobs through ``ServiceClient.submit`` into an empty
   sqlite store, one transaction each, one client; ``submissions_per_s_postgres`` the same on
-  the PostgreSQL server at 127.0.0.1:5432 when it answers.
+  the PostgreSQL server at 127.0.0.1:5432 when it answers (``_async_commit``: with
+  ``JobStore(async_commit_submissions=True)``, a commit that does not wait for its WAL flush).
 * ``decision_ms_1000_queued``: one decision of the loop (admission + ``elastic_dp``) with 1000
-  queued jobs on 64 GPUs, median of 5; ``poll_ms_1000_queued``: the service reading and
-  parsing those 1000 submissions from the store.
+  queued jobs on 64 GPUs, median of 5.
+* ``poll_ms_1000_queued`` / ``poll_ms_10000_queued``: one poll of a running service's feed
+  (sqlite) with that many jobs queued and nothing new — what it does every poll interval —
+  median of 50; ``first_load_ms_*``: its first poll, which reads and parses them all (once per
+  service start). ``poll_ms_10000_queued_postgres`` / ``_listen``: the same on PostgreSQL,
+  reading, and with LISTEN/NOTIFY (nothing heard: nothing read).
+* ``double_sigterm_exit_s``: a serving process with a job training gets SIGTERM twice; seconds
+  from the first to its exit (the job checkpointed and suspended).
 * ``decision_ms_<policy>_1000_queued`` (``decision_ms_by_policy``): the same decision for
   ``elastic_dp`` and ``goodput_dp`` on 1000 varied submissions that carry noise scales (so
   goodput_dp computes real goodput tables), interleaved, median of 7 each after one warm-up
@@ -101,8 +108,8 @@ def submit_latency(n_jobs: int, workdir: Path) -> list[float]:
     return latencies
 
 
-def submissions_per_s(url: str, n: int) -> float:
-    client = ServiceClient(JobStore(url), submitter="bench")
+def submissions_per_s(url: str, n: int, async_commit: bool = False) -> float:
+    client = ServiceClient(JobStore(url, async_commit_submissions=async_commit), submitter="bench")
     e = entry("s", 1000)
     t0 = time.perf_counter()
     for i in range(n):
@@ -136,18 +143,66 @@ def drop_postgres(url: str) -> None:
     engine.dispose()
 
 
+def fill_queue(store: JobStore, n: int) -> None:
+    """``n`` queued jobs, written in one transaction per 1000 (the figures are about reading them)."""
+    from service.records import Submission
+
+    e = entry("q", 100_000, max_gpus=8, max_batch=512)
+    validate_entry(e)
+    for lo in range(0, n, 1000):
+        store.submit_many([Submission(f"q{i}", e, "bench") for i in range(lo, min(n, lo + 1000))])
+
+
+def steady_poll_ms(store: JobStore, n: int, repeats: int = 50) -> tuple[float, float]:
+    """A running service's poll with ``n`` jobs queued and nothing new (what it does every
+    poll_s), median of ``repeats``; and its first poll, which reads and parses all ``n``."""
+    feed = StoreFeed(store, threading.Event(), poll_s=1e-9, listen=False)
+    t0 = time.perf_counter()
+    first = feed.poll(0.0)
+    load = (time.perf_counter() - t0) * 1000
+    assert len(first.jobs) == n, len(first.jobs)
+    polls = []
+    for i in range(repeats):
+        t0 = time.perf_counter()
+        arrivals = feed.poll(float(i + 1))
+        polls.append((time.perf_counter() - t0) * 1000)
+        assert not arrivals.jobs
+    return statistics.median(polls), load
+
+
+def poll_figures(workdir: Path, pg: str | None) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for n in (1000, 10_000):
+        store = JobStore(f"sqlite:///{workdir / f'poll{n}.db'}")
+        fill_queue(store, n)
+        poll, load = steady_poll_ms(store, n)
+        out[f"poll_ms_{n}_queued"] = round(poll, 3)
+        out[f"first_load_ms_{n}_queued"] = round(load, 1)
+        print(f"sqlite, {n} queued: a poll with nothing new {poll:.3f} ms; the first poll (read + parse all) {load:.0f} ms")
+    if pg is not None:
+        store = JobStore(pg)
+        fill_queue(store, 10_000)
+        for listen in (False, True):
+            feed = StoreFeed(store, threading.Event(), poll_s=1e-9, listen=listen)
+            feed.poll(0.0)
+            polls = []
+            for i in range(50):
+                t0 = time.perf_counter()
+                feed.poll(float(i + 1))
+                polls.append((time.perf_counter() - t0) * 1000)
+            feed.close()
+            key = "poll_ms_10000_queued_postgres" + ("_listen" if listen else "")
+            out[key] = round(statistics.median(polls), 3)
+            print(f"PostgreSQL, 10000 queued, {'LISTEN/NOTIFY' if listen else 'reading'}: a poll with nothing new {out[key]:.3f} ms")
+        store.close()
+    return out
+
+
 def decision_ms(workdir: Path) -> tuple[float, float]:
     url = f"sqlite:///{workdir / 'queue.db'}"
     store = JobStore(url)
-    client = ServiceClient(store, submitter="bench")
-    for i in range(1000):
-        client.submit(entry(f"q{i}", 100_000, max_gpus=8, max_batch=512), name=f"q{i}")
-    polls = []
-    for _ in range(5):
-        feed = StoreFeed(store, threading.Event(), poll_s=0.2)
-        t0 = time.perf_counter()
-        arrivals = feed.poll(0.0)
-        polls.append((time.perf_counter() - t0) * 1000)
+    fill_queue(store, 1000)
+    arrivals = StoreFeed(store, threading.Event(), poll_s=0.2, listen=False).poll(0.0)
     assert len(arrivals.jobs) == 1000
     policy = make_policy("elastic_dp")
     snapshot = ClusterSnapshot(time=0.0, capacity=64, queued=arrivals.jobs)
@@ -156,7 +211,7 @@ def decision_ms(workdir: Path) -> tuple[float, float]:
         t0 = time.perf_counter()
         reallocate(snapshot, policy, OverflowMode.QUEUE, False)
         decisions.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(decisions), statistics.median(polls)
+    return statistics.median(decisions)
 
 
 DECISION_POLICIES = ("elastic_dp", "goodput_dp")
@@ -173,7 +228,7 @@ def decision_ms_by_policy(workdir: Path, repeats: int = 7) -> dict[str, float]:
         lo = int(rng.choice([16, 32, 64]))
         noise = {"fractions": [0, 0.5], "values": [float(rng.uniform(50, 500)), float(rng.uniform(500, 5000))]}
         client.submit(entry(f"n{i}", 100_000, min_batch=lo, max_batch=int(rng.choice([256, 512, 1024])), max_gpus=int(rng.choice([2, 4, 8])), noise_scale=noise), name=f"n{i}")
-    arrivals = StoreFeed(store, threading.Event(), poll_s=0.2).poll(0.0)
+    arrivals = StoreFeed(store, threading.Event(), poll_s=0.2, listen=False).poll(0.0)
     assert len(arrivals.jobs) == 1000 and all(j.noise_scale is not None for j in arrivals.jobs)
     snapshot = ClusterSnapshot(time=0.0, capacity=64, queued=arrivals.jobs)
     policies = {name: make_policy(name) for name in DECISION_POLICIES}
@@ -225,7 +280,7 @@ def recovery(workdir: Path) -> dict[str, float]:
     url = f"sqlite:///{(workdir / 'state' / 'jobs.db').resolve()}"
     store = JobStore(url)
     client = ServiceClient(store, submitter="bench")
-    ids = [client.submit(entry(f"r{i}", 1_200_000, max_gpus=1)).job_id for i in range(2)]
+    ids = [client.submit(entry(f"r{i}", 400_000, max_gpus=1)).job_id for i in range(2)]
     first = Serve(workdir, env)
     services = [first]
     try:
@@ -263,6 +318,34 @@ def recovery(workdir: Path) -> dict[str, float]:
     }
 
 
+def double_sigterm(workdir: Path) -> float:
+    """A service with a job training gets SIGTERM twice (0.3 s apart): seconds from the first
+    to the process's exit; the job must be suspended with a checkpoint."""
+    workdir.mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLEABLE_")}
+    env.update(PYTHONPATH=str(REPO), MALLEABLE_STATE_DIR=str(workdir / "state"), MALLEABLE_WORKERS="1", MALLEABLE_CHECKPOINT_EVERY="50", PREFECT_HOME=str(workdir / "prefect"))
+    store = JobStore(f"sqlite:///{(workdir / 'state' / 'jobs.db').resolve()}")
+    job = ServiceClient(store, submitter="bench").submit(entry("long", 5_000_000, max_gpus=1)).job_id
+    svc = Serve(workdir, env)
+    try:
+        deadline = time.monotonic() + 180
+        while store.job(job).samples_done < 20_000:
+            if time.monotonic() > deadline:
+                raise TimeoutError("the job made no progress")
+            time.sleep(0.2)
+        t0 = time.monotonic()
+        svc.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        svc.proc.send_signal(signal.SIGTERM)
+        svc.proc.wait(timeout=120)
+        seconds = time.monotonic() - t0
+    finally:
+        svc.kill_group()
+    row = store.job(job)
+    assert svc.proc.returncode == 0 and row.state is JobState.SUSPENDED, (svc.proc.returncode, row.state, [l for _, l in svc.lines][-5:])
+    return round(seconds, 2)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--latency-jobs", type=int, default=8)
@@ -277,23 +360,29 @@ def main() -> None:
         out["submissions_per_s"] = round(rate, 1)
         print(f"submissions into sqlite: {rate:.0f}/s ({args.submissions} one-transaction submits)")
         pg = postgres_url()
-        if pg is not None:
-            try:
+        pg_poll = postgres_url() if pg is not None else None
+        try:
+            if pg is not None:
                 out["submissions_per_s_postgres"] = round(submissions_per_s(pg, args.submissions), 1)
-                print(f"submissions into PostgreSQL: {out['submissions_per_s_postgres']:.0f}/s")
-            finally:
-                drop_postgres(pg)
-        decision, poll = decision_ms(work)
+                out["submissions_per_s_postgres_async_commit"] = round(submissions_per_s(pg, args.submissions, async_commit=True), 1)
+                print(f"submissions into PostgreSQL: {out['submissions_per_s_postgres']:.0f}/s, {out['submissions_per_s_postgres_async_commit']:.0f}/s without waiting for each WAL flush")
+            out.update(poll_figures(work, pg_poll))
+        finally:
+            for url in (pg, pg_poll):
+                if url is not None:
+                    drop_postgres(url)
+        decision = decision_ms(work)
         out["decision_ms_1000_queued"] = round(decision, 2)
-        out["poll_ms_1000_queued"] = round(poll, 2)
-        print(f"one decision with 1000 queued jobs on 64 GPUs: {decision:.1f} ms; reading them from the store: {poll:.1f} ms")
+        print(f"one decision with 1000 queued jobs on 64 GPUs: {decision:.1f} ms")
         out.update(decision_ms_by_policy(work))
-        print("one decision per policy, 1000 queued jobs with noise scales, 64 GPUs: " + ", ".join(f"{k} {v}" for k, v in out.items() if "_1000_queued" in k and "ratio" not in k and k != "decision_ms_1000_queued"))
+        print("one decision per policy, 1000 queued jobs with noise scales, 64 GPUs: " + ", ".join(f"{k} {v}" for k, v in out.items() if k.startswith("decision_ms_") and "ratio" not in k and k != "decision_ms_1000_queued"))
         lat = submit_latency(args.latency_jobs, work)
         out["submit_to_running_p50_s"] = round(statistics.median(lat), 3)
         out["submit_to_running_p95_s"] = round(pct(lat, 0.95), 3)
         out["submit_to_running_max_s"] = round(max(lat), 3)
         print(f"submit -> running over {len(lat)} jobs: p50 {out['submit_to_running_p50_s']} s, p95 {out['submit_to_running_p95_s']} s")
+        out["double_sigterm_exit_s"] = double_sigterm(work / "sigterm")
+        print(f"two SIGTERMs to a serving process with a running job -> exited (job checkpointed, suspended): {out['double_sigterm_exit_s']} s")
         rec = recovery(work)
         out.update(rec)
         print(

@@ -45,36 +45,58 @@ SAMPLES = [16384, 8192, 8192]
 # 97 ms a step here (2,640 samples/s; 2026-11-25, quick --refit run), so >= 317k samples each.
 REFIT_SAMPLES = [737280, 491520, 491520]
 JOB_IDS = ["job-a", "job-b", "job-c"]
+REAL_CHECKPOINT_EVERY = 50  # the cluster flow's jobs checkpoint every 50 steps (flows.cluster_flow.drive)
+CALIBRATE_CHECKPOINT_EVERY = 5
+SPLIT_PARTS = ("steps_s", "checkpoint_s", "evaluation_s", "start_s", "regroup_s", "state_transfer_s", "waiting_s", "unaccounted_s", "wall_s")
 
 
-def calibrate_on_one_worker(entrypoint: str, batches: list[int], steps: int) -> tuple[list[float], float]:
-    """The elastic trainer itself on one worker: median step time per per-GPU batch, and the
-    fixed seconds a job costs beyond its steps.
+def print_splits(real: dict, sim: dict) -> dict:
+    """Each job's wall time split, real and simulated side by side; the JSON's per-job figures."""
+    out = {}
+    for j in sorted(real):
+        r, m = real[j].as_dict(), sim[j].as_dict() if j in sim else {}
+        print(f"{j} wall split: {'part':16} {'real s':>9} {'sim s':>9}")
+        for part in SPLIT_PARTS:
+            print(f"{'':{len(j) + 13}}{part:16} {r[part]:9.2f} {m.get(part, float('nan')):9.2f}")
+        out[j] = {"real": r, "sim": m, "unaccounted_pct": round(real[j].unaccounted_pct, 2)}
+    return out
 
-    The fixed part is what a job pays once whatever its length — rank launch and rendezvous,
-    the final evaluation, noticing the end — measured as the wall time from ``start`` to a
-    collected result minus the job's own step times. The simulator charges it as its start cost.
+
+def calibrate_on_one_worker(entrypoint: str, batches: list[int], steps: int, checkpoint_dir: Path) -> tuple[list[float], float, float]:
+    """The elastic trainer itself on one worker: median step time per per-GPU batch, the fixed
+    seconds a job costs beyond its steps and checkpoint writes, and the seconds one write costs.
+
+    Each job's wall time (``start`` to a collected result) is split by its ranks' timelines
+    (``allocator.wall_split``): the fixed part is what a job pays once whatever its length —
+    start, regroup, state transfer, the final evaluation, waiting for the end — and the
+    simulator charges it as its start cost; the checkpoint part over the writes made
+    (``CALIBRATE_CHECKPOINT_EVERY`` steps apart) is a write's cost.
     """
     from distributed import Client
 
+    from allocator.wall_split import job_split
     from deploy.clusters import connect
     from elastic_tasks.cluster import WorkerPool, warm_up
     from elastic_tasks.coordinator.job import JobCoordinator
     from elastic_tasks.protocol import TrainConfig
 
-    step_s, fixed_s = [], []
+    step_s, fixed_s, write_s = [], [], []
     with connect("local", workers=1) as client:
         assert isinstance(client, Client)
         warm_up(client, entrypoint)
         for b in batches:
-            job = JobCoordinator(client, WorkerPool(client), f"calibrate-{b}", entrypoint, TrainConfig(global_batch=b, max_steps=steps))
-            t0 = time.monotonic()
+            config = TrainConfig(global_batch=b, max_steps=steps, checkpoint_dir=str(checkpoint_dir / f"calibrate-{b}"), checkpoint_every=CALIBRATE_CHECKPOINT_EVERY)
+            job = JobCoordinator(client, WorkerPool(client), f"calibrate-{b}", entrypoint, config)
+            t0 = time.time()
             job.start(1, b)
             result = job.wait(timeout=300)
-            wall = time.monotonic() - t0
+            split = job_split([r.wall for r in result.ranks], t0, time.time())
             step_s.append(statistics.median(r.step_time_s for r in result.ranks if r.step_time_s > 0))
-            fixed_s.append(wall - sum(h.wall_s for h in result.history))
-    return step_s, statistics.median(fixed_s)
+            writes = steps // CALIBRATE_CHECKPOINT_EVERY + 1  # the periodic ones and the final one
+            write_s.append(split.checkpoint_s / writes)
+            fixed_s.append(split.wall_s - split.steps_s - split.checkpoint_s)
+            print(f"calibrate batch {b}: " + ", ".join(f"{k} {v:.2f}" for k, v in split.as_dict().items()))
+    return step_s, statistics.median(fixed_s), statistics.median(write_s)
 
 
 def profile_on_one_worker(entrypoint: str, profile):
@@ -257,6 +279,9 @@ def main() -> None:
     os.environ["MALLEABLE_STATE_DIR"] = str(state)
     os.environ["MALLEABLE_EXPERIMENT"] = "sim-vs-real"
 
+    from flows.config.jobfile import load_jobs_file
+    from allocator.simulator import RescaleCost
+    from allocator.simulator.split import simulated_splits
     from flows.cluster_flow import cluster_flow
     from flows.profile_flow import profile_flow
     from flows.simulate_flow import simulate_flow
@@ -266,13 +291,13 @@ def main() -> None:
     profile = profile_flow(f"elastic_tasks.examples:{args.model}", batch_sizes=[16, 32, 64, 128], repeats=5, warmup=2, refresh=True)
     profile_s = time.monotonic() - t0
     profiled_iter_s = dict(zip(map(str, profile.batch_sizes), (round(t, 4) for t in profile.iter_times_s)))
-    start_cost_s = 0.0
+    start_cost_s, checkpoint_s = 0.0, 0.0
     if args.profile_on_worker:
         profile = profile_on_one_worker(f"elastic_tasks.examples:{args.model}", profile)
         print("profile on a worker, s per batch:", dict(zip(profile.batch_sizes, (round(t, 4) for t in profile.iter_times_s))))
     if args.calibrate:
-        measured, start_cost_s = calibrate_on_one_worker(f"elastic_tasks.examples:{args.model}", list(profile.batch_sizes), steps=20)
-        print("trainer step s per batch:", dict(zip(profile.batch_sizes, (round(t, 4) for t in measured))), f"fixed per-job cost {start_cost_s:.2f} s")
+        measured, start_cost_s, checkpoint_s = calibrate_on_one_worker(f"elastic_tasks.examples:{args.model}", list(profile.batch_sizes), 20, state / "calibrate")
+        print("trainer step s per batch:", dict(zip(profile.batch_sizes, (round(t, 4) for t in measured))), f"fixed per-job cost {start_cost_s:.2f} s, a checkpoint write {checkpoint_s:.3f} s")
         profile = dataclasses.replace(profile, iter_times_s=tuple(max(measured[: i + 1]) for i in range(len(measured))))
     common = {"model": args.model, "workers": args.workers, "samples": args.samples, "arrivals": args.arrivals, "calibrated": args.calibrate,
               "profiled_on_worker": args.profile_on_worker, "profiler_iter_s": profiled_iter_s, "profile_s": round(profile_s, 1)}  # fmt: skip
@@ -303,9 +328,15 @@ def main() -> None:
 
     jobs_file = state / "jobs.yaml"
     write_jobs_file(jobs_file, args, {args.model: profile})
-    sim = simulate_flow(str(jobs_file), gpus=args.workers, interval_s=args.interval, react=True, in_place_cost_s=args.in_place_cost, start_cost_s=start_cost_s, run_name="simulated")
+    every = REAL_CHECKPOINT_EVERY if args.calibrate else 0
+    sim = simulate_flow(
+        str(jobs_file), gpus=args.workers, interval_s=args.interval, react=True, in_place_cost_s=args.in_place_cost, start_cost_s=start_cost_s,
+        run_name="simulated", checkpoint_s=checkpoint_s, checkpoint_every=every,
+    )  # fmt: skip
     real = cluster_flow(str(jobs_file), workers=args.workers, interval_s=args.interval, react=True, run_name="real")
     sim_jct, real_jct, diff = compare_jcts(sim, real)
+    sim_cost = RescaleCost(in_place_s=args.in_place_cost, start_s=start_cost_s, checkpoint_s=checkpoint_s, checkpoint_every=every)
+    splits = print_splits(real.wall_splits, simulated_splits(sim.result, {j.id: j for j in load_jobs_file(jobs_file).jobs}, sim_cost))
     step_gap = step_gaps(real.job_results, lambda j: profile)
     in_place = [e.cost_s for e in real.result.events if e.kind.value == "in_place" and e.cost_s is not None]
     # Prefect's ephemeral server says goodbye at exit; keep the JSON the last line of output.
@@ -316,6 +347,8 @@ def main() -> None:
                 **common,
                 "sim_iter_s": dict(zip(map(str, profile.batch_sizes), (round(t, 4) for t in profile.iter_times_s))),
                 "sim_start_cost_s": round(start_cost_s, 2),
+                "sim_checkpoint_s": round(checkpoint_s, 4),
+                "sim_checkpoint_every": every,
                 "sim_in_place_cost_s": args.in_place_cost,
                 "jct_sim_s": {j: round(v, 2) for j, v in sorted(sim_jct.items())},
                 "jct_real_s": {j: round(v, 2) for j, v in sorted(real_jct.items())},
@@ -329,6 +362,9 @@ def main() -> None:
                 "real_in_place_pause_s_median": round(statistics.median(in_place), 3) if in_place else None,
                 "real_wall_s": round(real.wall_s, 1),
                 "step_time_per_generation": step_gap,
+                "wall_split": splits,
+                "unaccounted_wall_pct": round(max((v["unaccounted_pct"] for v in splits.values()), default=float("nan")), 2),
+                "min_job_run_s": round(min((r.finish - r.start for r in real.result.jobs if r.start is not None and r.finish is not None), default=0.0), 1),
             }
         )
     )

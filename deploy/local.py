@@ -21,9 +21,8 @@ import distributed.deploy.subprocess
 from distributed import LocalCluster, Nanny, Scheduler, SpecCluster
 from distributed.deploy.subprocess import SubprocessCluster
 
-from elastic_tasks.devices import cuda_worker_env
+from elastic_tasks.devices import GPU_RESOURCE, cuda_worker_env
 
-GPU_RESOURCE = "GPU"
 
 # Dask's nanny starts workers with MALLOC_TRIM_THRESHOLD_=65536 (to hand memory back), which
 # also switches off glibc's dynamic mmap threshold: every large tensor a training step

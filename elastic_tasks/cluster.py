@@ -14,7 +14,7 @@ from distributed import Client
 from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.comm import get_address_host
 
-from elastic_tasks.devices import loopback_warning
+from elastic_tasks.devices import GPU_RESOURCE, loopback_warning
 from elastic_tasks.coordinator.packing import choose_workers
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ def worker_info(client: Client) -> dict[str, dict]:
 def gpu_workers(client: Client) -> list[str]:
     """Addresses of the workers advertising a GPU, sorted (stable rank placement)."""
     info = worker_info(client)
-    return sorted(addr for addr, w in info.items() if w.get("resources", {}).get("GPU", 0) >= 1)
+    return sorted(addr for addr, w in info.items() if w.get("resources", {}).get(GPU_RESOURCE, 0) >= 1)
 
 
 @dataclass(slots=True)

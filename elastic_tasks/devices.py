@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import torch
 
 MIXED_BACKEND = "cpu:gloo,cuda:nccl"
+# The Dask worker resource one GPU is: a rank asks for one, so it lands on a worker of its own.
+GPU_RESOURCE = "GPU"
 
 
 def default_backend() -> str:

@@ -49,7 +49,9 @@ from distributed import Client
 
 from allocator.execution import JobFailure, share_changes
 from allocator.goodput import NoiseModel, SpecNoise, WorkMeter, raw_sample_budget
-from allocator.types import Allocation, JobSpec, RescaleEvent, RescaleKind, Share, ThroughputProfile
+from allocator.throughput import throughput
+from allocator.wall_split import WallSplit, job_split
+from allocator.types import Allocation, JobSpec, MeasuredTable, RescaleEvent, RescaleKind, Share, ThroughputProfile
 from elastic_tasks.cluster import WorkerPool
 from elastic_tasks.coordinator.job import JobCoordinator
 from elastic_tasks.coordinator.outcomes import JobResult
@@ -115,6 +117,7 @@ class DaskExecutor:
         self.refit = refit
         self._refits: dict[str, JobRefit] = {}
         self._waiting: dict[str, Share] = {}  # starts that found too few free workers: job -> planned share
+        self._launched: dict[str, float] = {}  # epoch seconds the job was first started (its wall split's start)
 
     def entrypoint(self, spec: JobSpec) -> str:
         if callable(self._entry):
@@ -197,6 +200,7 @@ class DaskExecutor:
             if self.refit is not None:
                 # A restarted job keeps what it measured before; its new coordinator counts versions from 0.
                 self._refits.setdefault(job_id, JobRefit(spec.profile, self.refit)).watch.restart()
+            self._launched.setdefault(job_id, time.time())
             job = self.jobs[job_id] = JobCoordinator(self.client, self.pool, job_id, self.entrypoint(spec), self._config(spec, after))
             outcome = job.start(after.gpus, after.batch)
             return RescaleEvent(now, job_id, None, after, RescaleKind.START, outcome.pause_s, measured=True)
@@ -266,6 +270,32 @@ class DaskExecutor:
             return None
         self._watch(job_id, job)
         return self._refits[job_id].profile()
+
+    def measured(self, job_id: str, now: float) -> MeasuredTable | None:
+        """What the job measured per configuration (``allocator.measured``; None: refit off or nothing timed).
+        Kept across a restart of the job, like its refit: the configurations are the same."""
+        refit = self._refits.get(job_id)
+        return refit.measured() if refit is not None and job_id not in self._reported and job_id not in self._failures else None
+
+    def wall_split(self, job_id: str, submitted: float | None, end: float) -> WallSplit | None:
+        """Where the job's wall time [submitted, end] (epoch seconds) went, from its ranks' timelines
+        (``allocator.wall_split``; None: no result collected, or never started here)."""
+        result = self.results.get(job_id)
+        if result is None or job_id not in self._launched:
+            return None
+        return job_split([r.wall for r in result.ranks], self._launched[job_id], end, submitted)
+
+    def predicted_rate(self, job_id: str, share: Share) -> float | None:
+        """The samples/s the job's current model (its refit, else its profile) predicts for ``share``."""
+        refit = self._refits.get(job_id)
+        if refit is None:
+            return None
+        return float(throughput(refit.profile() or refit.prior, share.batch, share.gpus, share.accum_steps))
+
+    def measured_rate(self, job_id: str, share: Share) -> float | None:
+        """The samples/s the job's latest generation measured, if it ran ``share``'s GPUs and batch."""
+        refit = self._refits.get(job_id)
+        return refit.generation_rate(share.gpus, share.batch) if refit is not None else None
 
     def _metered(self, job_id: str) -> float:
         """Feed the job's meter its latest status; the base-batch-equivalent samples done."""

@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 
+from allocator.wall_split import PhaseInterval
+
 # ``Plan.source`` value meaning: every member loads the last checkpoint from disk.
 FROM_CHECKPOINT = "<checkpoint>"
 
@@ -59,7 +61,8 @@ class TrainConfig:
     evaluate: bool = True
     straggler_alpha: float = 0.1
     straggler_threshold: float = 0.8
-    data_timeout_s: float = 600.0  # last: TrainConfig is built positionally in places
+    noise_probe: bool = True  # measure the gradient noise scale (goodput_dp reads it); off only to measure its cost
+    data_timeout_s: float = 600.0
     broadcast_chunk_mb: int = 256  # a state broadcast's staging buffer, at most (rank/chunked.py)
 
     def __post_init__(self) -> None:
@@ -132,8 +135,8 @@ class Plan:
             raise ValueError(f"Plan.source={self.source!r}: not among members {self.members!r}")
 
 
-def check_batch(batch: int, gpus: int) -> None:
-    """A job asked for ``gpus`` ranks at global batch ``batch``: every rank must get a sample."""
+def check_batch(batch: int, gpus: int = 1) -> None:
+    """A job asked for ``gpus`` ranks at global batch ``batch``: every rank must get a sample (the one check, coordinator and ranks)."""
     if not (isinstance(gpus, int) and not isinstance(gpus, bool) and gpus >= 1):
         raise ValueError(f"gpus={gpus!r}: must be a positive integer")
     if not (isinstance(batch, int) and not isinstance(batch, bool) and batch >= 1):
@@ -215,3 +218,4 @@ class RankResult:
     eval: EvalResult | None = None
     step_time_s: float = 0.0  # median wall time per step in this rank's last generation
     evals: tuple[EvalResult, ...] = ()  # periodic evaluations this rank took part in (recipe.eval_every)
+    wall: tuple[PhaseInterval, ...] = ()  # where this rank's wall time went (allocator.wall_split)

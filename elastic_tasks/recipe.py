@@ -1,7 +1,7 @@
 """What a user brings to train elastically: a recipe, returned by an entry point.
 
-An entry point is ``package.module:function`` (``resolve_workload`` also takes a built-in
-example's name); calling the function (no arguments) returns
+An entry point is ``package.module:function`` (``elastic_tasks.workloads.resolve_workload``
+also takes a built-in example's name); calling the function (no arguments) returns
 a ``TrainingRecipe``. The system owns sharding, batch size, learning rate scaling and world
 size; the recipe says what to train and how: the optimizer (with the user's own parameter
 groups), and optionally a step hook for any batch structure, a collate function, DataLoader
@@ -257,23 +257,6 @@ def load_entry_point(spec: str) -> TrainingRecipe:
     if not isinstance(recipe, TrainingRecipe):
         raise EntryPointError(f"entrypoint={spec!r}: returned {type(recipe).__name__}, expected TrainingRecipe")
     return recipe
-
-
-EXAMPLES_MODULE = "elastic_tasks.examples"
-
-
-def resolve_workload(workload: str, job_id: str = "?") -> str:
-    """A job's ``workload`` as an entry point: one as given, or a built-in example's name turned into its entry point."""
-    from elastic_tasks.examples import EXAMPLES  # the examples import this module
-
-    if ":" in workload:
-        return workload
-    if workload in EXAMPLES:
-        return f"{EXAMPLES_MODULE}:{workload}"
-    raise ValueError(
-        f"job {job_id!r}.workload={workload!r}: not a training entry point ('package.module:function') "
-        f"nor a built-in example ({', '.join(sorted(EXAMPLES))})"
-    )
 
 
 def _import_from_path_or_cwd(module_name: str) -> Any:

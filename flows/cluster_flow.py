@@ -30,8 +30,10 @@ from deploy.clusters import connect
 from elastic_tasks.cluster import warm_up
 from elastic_tasks.coordinator.job import JobCoordinator
 from elastic_tasks.executor import JobSettings
+from allocator.wall_split import WallSplit
 from elastic_tasks.coordinator.outcomes import JobResult
-from elastic_tasks.recipe import load_entry_point, resolve_workload
+from elastic_tasks.recipe import load_entry_point
+from elastic_tasks.workloads import resolve_workload
 from flows.commands.interrupts import on_interrupt
 from flows.recording.artifacts import ProgressArtifact, publish_results, summary_markdown
 from flows.config.jobfile import load_jobs_file
@@ -68,6 +70,7 @@ class ClusterOutcome:
     wall_s: float
     job_results: Mapping[str, JobResult]  # what the trainer measured, per job (empty: a running service trained them)
     service_jobs: tuple[JobRow, ...] = ()  # the jobs as a running service's store holds them
+    wall_splits: Mapping[str, WallSplit] = dataclasses.field(default_factory=dict)  # per finished job: where its wall time went
 
     @property
     def unfinished(self) -> list[str]:
@@ -193,8 +196,9 @@ def step_timestamps_ms(history: Sequence, job_start_ms: int) -> list[int]:
     return out
 
 
-def measured_jobs(results: Mapping[str, JobResult], result: LoopResult, started_ms: int) -> dict[str, MeasuredJob]:
-    """What the trainer measured per job, its per-step series stamped with wall-clock times."""
+def measured_jobs(results: Mapping[str, JobResult], result: LoopResult, started_ms: int, splits: Mapping[str, WallSplit] | None = None) -> dict[str, MeasuredJob]:
+    """What the trainer measured per job, its per-step series stamped with wall-clock times (and
+    where its wall time went, from ``splits``)."""
     measured: dict[str, MeasuredJob] = {}
     starts = {r.job_id: r.start for r in result.jobs}
     for job_id, r in results.items():
@@ -213,6 +217,7 @@ def measured_jobs(results: Mapping[str, JobResult], result: LoopResult, started_
             eval_metrics=tuple(r.eval_metrics),
             loss=r.final_loss,
             rescale_pause_s_mean=mean_rescale_pause_s(r),
+            wall_split=tuple((splits[job_id].as_dict() | {"unaccounted_pct": splits[job_id].unaccounted_pct}).items()) if splits and job_id in splits else (),
         )
     return measured
 
@@ -276,12 +281,24 @@ def cluster_flow(
             raise
     wall_s = time.monotonic() - t0
     progress.update(len(jobs))
+    splits = stored_splits(f"sqlite:///{run_dir / 'jobs.db'}")
     recorded = record_run(
         tracker, name, result, {j.id: j for j in jobs}, mode="real", start_ms=start_ms,
-        params=extra, measured=measured_jobs(results, result, start_ms), live=live.runs,
+        params=extra, measured=measured_jobs(results, result, start_ms, splits), live=live.runs,
     )  # fmt: skip
     title = f"{Path(jobs_file).name} on {len(available)} {settings.cluster.value} GPU workers under {chosen}"
-    return _published(ClusterOutcome(result, recorded, wall_s, results), title)
+    return _published(ClusterOutcome(result, recorded, wall_s, results, wall_splits=splits), title)
+
+
+def stored_splits(store_url: str) -> dict[str, WallSplit]:
+    """Each job's wall split as its service recorded it in the store, by the job's name (the jobs file's id)."""
+    from service.store import JobStore
+
+    store = JobStore(store_url, create=False)
+    try:
+        return {r.name: WallSplit.from_dict(r.wall_split) for r in store.jobs() if r.wall_split}
+    finally:
+        store.close()
 
 
 def _published(outcome: ClusterOutcome, title: str) -> ClusterOutcome:

@@ -44,10 +44,13 @@ def load_jobs(jobs_file: str) -> tuple[tuple[JobSpec, ...], int | None, str | No
 
 
 @task(name="simulate-loop")
-def simulate_loop(jobs: Sequence[JobSpec], policy: str, capacity: int, settings: LoopSettings, in_place_cost_s: float, start_cost_s: float = 0.0) -> LoopResult:
+def simulate_loop(
+    jobs: Sequence[JobSpec], policy: str, capacity: int, settings: LoopSettings, in_place_cost_s: float, start_cost_s: float = 0.0, checkpoint: tuple[float, int] = (0.0, 0)
+) -> LoopResult:
     # A policy that weighs rescale costs plans with this run's (as `malleable simulate` gives it).
     params = {"rescale_cost_s": in_place_cost_s} if "rescale_cost_s" in policy_parameters(policy) else {}
-    return simulate(jobs, make_policy(policy, **params), capacity, settings, RescaleCost(in_place_s=in_place_cost_s, start_s=start_cost_s))
+    cost = RescaleCost(in_place_s=in_place_cost_s, start_s=start_cost_s, checkpoint_s=checkpoint[0], checkpoint_every=checkpoint[1])
+    return simulate(jobs, make_policy(policy, **params), capacity, settings, cost)
 
 
 @task(name="record-mlflow", retries=2, retry_delay_seconds=2)
@@ -68,11 +71,14 @@ def simulate_flow(
     run_name: str | None = None,
     start_cost_s: float = 0.0,
     parsed: JobsFile | None = None,
+    checkpoint_s: float = 0.0,
+    checkpoint_every: int = 0,
 ) -> SimulateOutcome:
     """Simulate ``jobs_file`` under a policy and record it in MLflow (parent + nested runs).
 
     ``in_place_cost_s`` / ``start_cost_s``: seconds of progress a job loses per in-place rescale
-    and once when it starts (rank launch, rendezvous, final evaluation of a real run).
+    and once when it starts (rank launch, rendezvous, final evaluation of a real run);
+    ``checkpoint_s`` every ``checkpoint_every`` steps: what a job's checkpoint writes cost it.
     ``parsed``: ``jobs_file`` as the caller already read it (the CLI validates it first), so a
     command parses it once.
     """
@@ -82,7 +88,7 @@ def simulate_flow(
     chosen = policy or file_policy or settings.policy
     loop_settings = LoopSettings(interval_s=settings.interval_s, overflow=OverflowMode(settings.overflow), react_to_events=react)
     start_ms = int(time.time() * 1000)
-    result = simulate_loop(jobs, chosen, capacity, loop_settings, in_place_cost_s, start_cost_s)
+    result = simulate_loop(jobs, chosen, capacity, loop_settings, in_place_cost_s, start_cost_s, (checkpoint_s, checkpoint_every))
     name = run_name or f"simulate-{Path(jobs_file).stem}-{chosen}"
     physics = physics_of(jobs).value  # goodput when any job carries a noise scale (allocator.simulator.run)
     recorded = record_simulation(

@@ -18,7 +18,7 @@ from allocator.types import JobSpec
 from service.jobspec import entry_from_spec, validate_entry
 from service.priors import with_profile
 from service.records import JobRow, JobState, Submission, Submitted
-from service.store import JobStore
+from service.store import JobStore, not_owner, submitter_identity
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,10 @@ class ServiceClient:
 
     def __init__(self, store: JobStore | str, submitter: str | None = None, profile_cache_dir: Path | str | None = None) -> None:
         self.store = JobStore(store) if isinstance(store, str) else store
-        self.submitter = submitter or default_submitter()
+        free = submitter or default_submitter()
+        # Where the database knows who is connected (PostgreSQL's current_user), that is who
+        # submits: the free text only says from where.
+        self.submitter = f"{self.store.role()} ({free})" if self.store.engine.dialect.name == "postgresql" else free
         self.profile_cache_dir = None if profile_cache_dir is None else Path(profile_cache_dir)
 
     def submit(self, entry: dict, *, name: str | None = None, idempotency_key: str | None = None) -> Submitted:
@@ -67,8 +70,15 @@ class ServiceClient:
     def jobs(self, states: Iterable[JobState] | None = None, ids: Iterable[str] | None = None) -> list[JobRow]:
         return self.store.jobs(states=states, ids=ids)
 
-    def cancel(self, job_id: str) -> JobRow:
-        return self.store.request_cancel(job_id)
+    def cancel_allowed(self, job_id: str) -> None:
+        """NotOwnerError if ``job_id`` is another submitter's (UnknownJobError if there is none)."""
+        row = self.store.job(job_id)
+        if submitter_identity(row.submitter) != submitter_identity(self.submitter):
+            raise not_owner(job_id, row.submitter, self.submitter)
+
+    def cancel(self, job_id: str, *, force: bool = False) -> JobRow:
+        """NotOwnerError for another submitter's job unless ``force`` (recorded on the job)."""
+        return self.store.request_cancel(job_id, by=self.submitter, force=force)
 
     def wait(self, job_ids: Sequence[str], timeout_s: float | None = None, poll_s: float = 0.5) -> list[JobRow]:
         """Block until every job is finished, failed, cancelled or dropped; TimeoutError after ``timeout_s``."""

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from distributed import Client
 
-from elastic_tasks.board import EventKind, JobBoard
-from elastic_tasks.protocol import Plan, PlanKind
+from elastic_tasks.board import JobBoard
+from elastic_tasks.coordinator.orphans import has_stopped, stop_orphaned
 from service.records import JobRow, LeaseInfo
 
 
@@ -46,13 +46,12 @@ def fence(previous: LeaseInfo, jobs: Sequence[JobRow], current: Client, timeout_
             if status is not None and time.time() - status.time < stale_s:
                 boards[r.id] = board
         for board in boards.values():
-            latest = board.latest_version()
-            board.publish(Plan((latest or 0) + 1, PlanKind.CHECKPOINT_STOP, (), 1))
+            stop_orphaned(board)
         stopped: set[str] = set()
         deadline = time.monotonic() + timeout_s
         while len(stopped) < len(boards) and time.monotonic() < deadline:
             for job_id, board in boards.items():
-                if job_id not in stopped and any(e.kind in (EventKind.STOPPED, EventKind.FINISHED) for e in board.drain(timeout=0.05)):
+                if job_id not in stopped and has_stopped(board):
                     stopped.add(job_id)
         shut = False
         if previous.cluster_owned and not same:

@@ -11,6 +11,20 @@ from allocator.specs import job_from_dict
 from allocator.types import JobSpec
 
 _ENTRY = re.compile(r"^[A-Za-z_][\w.]*(:[A-Za-z_]\w*)?$")
+# A sane maximum for one job's work (10^15 samples: years on any cluster); well inside the
+# 2^63-1 the store's integer columns hold, so the store never sees an overflow.
+MAX_SAMPLES = 10**15
+
+
+def check_workload(workload: object, where: str = "ENTRYPOINT") -> None:
+    """ValueError naming ``where`` unless ``workload`` reads as an entry point or an example name."""
+    if not isinstance(workload, str) or not _ENTRY.match(workload):
+        raise ValueError(f"{where}={workload!r}: not an entry point ('package.module:function') nor an example name")
+
+
+def check_samples(spec: JobSpec) -> None:
+    if not 1 <= spec.total_samples <= MAX_SAMPLES:
+        raise ValueError(f"job {spec.id!r}.samples={spec.total_samples}: must be in [1, {MAX_SAMPLES:.0e}] (a sane maximum; the store holds integers up to 2^63-1)")
 
 
 def entry_from_spec(spec: JobSpec) -> dict:
@@ -43,9 +57,9 @@ def entry_from_spec(spec: JobSpec) -> dict:
 
 def validate_entry(entry: dict) -> JobSpec:
     """The jobs file's rules, plus a workload that can name a recipe; ValueError naming the field."""
+    check_workload(entry.get("workload"), f"job {entry.get('id')!r}.workload")
     spec = job_from_dict(entry, 0, {})
-    if not _ENTRY.match(spec.workload):
-        raise ValueError(f"job {spec.id!r}.workload={spec.workload!r}: not an entry point ('package.module:function') nor an example name")
+    check_samples(spec)
     return spec
 
 

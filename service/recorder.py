@@ -3,12 +3,16 @@ allocations, progress. The store is how submitters watch, and how a restart resu
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from allocator.loop import JobPhase, JobTransition, StepReport
+from allocator.types import Share
+from allocator.wall_split import WallSplit
 from service import schema
+from service.display import ERROR_CHARS, shown
 from service.job_metrics import service_job_metrics
 from service.records import RESUMABLE, AllocationRow, JobState
 from service.store import JobStore
@@ -16,6 +20,17 @@ from service.tracking import ServiceTracking
 
 if TYPE_CHECKING:
     from elastic_tasks.coordinator.outcomes import JobResult
+
+
+class JobFigures(Protocol):
+    """What the executor measures of a job (``DaskExecutor``): samples/s per generation, predicted
+    and measured, and where its wall time went."""
+
+    def predicted_rate(self, job_id: str, share: Share) -> float | None: ...
+
+    def measured_rate(self, job_id: str, share: Share) -> float | None: ...
+
+    def wall_split(self, job_id: str, submitted: float | None, end: float) -> WallSplit | None: ...
 
 _STATE = {
     JobPhase.QUEUED: JobState.QUEUED,
@@ -39,9 +54,20 @@ class StoreRecorder:
         board_of: Callable[[str], str | None],
         say: Callable[[str], None],
         result_of: Callable[[str], JobResult | None] = lambda _job: None,
+        rates: JobFigures | None = None,
     ) -> None:
         self.store, self.tracking, self.checkpoint_dir_of, self.board_of, self.say = store, tracking, checkpoint_dir_of, board_of, say
         self.result_of = result_of
+        self.rates = rates
+        self._shares: dict[str, Share] = {}  # each running job's current share: the generation its measured rate belongs to
+
+    def _generation_ends(self, job_id: str) -> None:
+        """Record what the job's ending generation measured (samples/s), in its allocation row and MLflow run."""
+        share = self._shares.pop(job_id, None)
+        measured = self.rates.measured_rate(job_id, share) if self.rates is not None and share is not None else None
+        if measured is not None:
+            self.store.record_measured_rate(job_id, measured)
+            self.tracking.metrics(job_id, {"measured_samples_per_s": measured, "measured_gpus": share.gpus, "measured_batch": share.batch})
 
     def on_job(self, t: JobTransition) -> None:
         state = _STATE[t.phase]
@@ -57,8 +83,9 @@ class StoreRecorder:
                 t.job_id, state, only_from=RESUMABLE, attempts=schema.jobs.c.attempts + 1,
                 checkpoint_dir=self.checkpoint_dir_of(t.job_id), mlflow_run_id=run_id or row.mlflow_run_id, error=None,
             )  # fmt: skip
-            self.say(f"{t.job_id} ({row.name}) running" + (f", resumed (attempt {row.attempts + 1})" if row.attempts else ""))
+            self.say(f"{t.job_id} ({shown(row.name)}) running" + (f", resumed (attempt {row.attempts + 1})" if row.attempts else ""))
             return
+        self._generation_ends(t.job_id)
         fields: dict[str, object] = {}
         if t.detail:
             fields["error"] = t.detail
@@ -68,22 +95,36 @@ class StoreRecorder:
             if result is not None:
                 # What a client ranks or compares jobs by (an HPO stage keeps its best trials).
                 fields.update(steps=result.steps, first_loss=result.history[0].loss if result.history else None, final_loss=result.final_loss, eval_loss=result.eval_loss)
+        split = self._wall_split(t.job_id)
+        if split is not None:
+            fields["wall_split"] = json.dumps(split.as_dict())
         self.store.set_state(t.job_id, state, **fields)
+        if split is not None:
+            self.tracking.metrics(t.job_id, {f"wall_{k}": v for k, v in split.as_dict().items()} | {"wall_unaccounted_pct": split.unaccounted_pct})
         if self.tracking.enabled:
             # The same end values a job of `malleable run` gets (final_*, jct_s, rescales, ...).
             row = self.store.job(t.job_id)
             self.tracking.job_final(t.job_id, service_job_metrics(row, self.store.allocations(t.job_id), result), int(time.time() * 1000))
         self.tracking.job_ended(t.job_id, _MLFLOW_END[t.phase])
-        self.say(f"{t.job_id} {state.value}" + (f": {t.detail}" if t.detail else ""))
+        self.say(f"{t.job_id} {state.value}" + (f": {shown(t.detail, ERROR_CHARS)}" if t.detail else ""))
+
+    def _wall_split(self, job_id: str) -> WallSplit | None:
+        """The ending job's wall time split (queued time included: from its submission to now)."""
+        if self.rates is None:
+            return None
+        return self.rates.wall_split(job_id, self.store.job(job_id).submitted_at, time.time())
 
     def observer(self, report: StepReport) -> None:
         now = time.time()
         rows = []
         for e in report.events:
             after = e.after
-            rows.append(AllocationRow(e.job_id, now, after.gpus if after else 0, after.batch if after else 0, e.kind.value))
+            self._generation_ends(e.job_id)
+            predicted = self.rates.predicted_rate(e.job_id, after) if self.rates is not None and after is not None else None
+            rows.append(AllocationRow(e.job_id, now, after.gpus if after else 0, after.batch if after else 0, e.kind.value, predicted))
             if after is not None:
-                self.tracking.metrics(e.job_id, {"gpus": after.gpus, "batch": after.batch, "rescale_pause_s": e.cost_s})
+                self._shares[e.job_id] = after
+                self.tracking.metrics(e.job_id, {"gpus": after.gpus, "batch": after.batch, "rescale_pause_s": e.cost_s, "predicted_samples_per_s": predicted})
             board = self.board_of(e.job_id)
             if e.before is None and board is not None:
                 self.store.update_job(e.job_id, board_id=board)

@@ -71,6 +71,7 @@ class JobRow:
     final_loss: float | None = None
     eval_loss: float | None = None
     mlflow_parent_run_id: str | None = None
+    wall_split: dict | None = None  # where a finished job's wall time went: seconds per named part (WallSplit as JSON)
 
     @property
     def progress(self) -> float:
@@ -84,6 +85,9 @@ class AllocationRow:
     gpus: int
     batch: int
     kind: str
+    # The generation's samples/s: the model's when it was decided, and what its steps measured (None: unknown).
+    predicted_samples_per_s: float | None = None
+    measured_samples_per_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,9 +19,10 @@ from distributed import Client
 from allocator.admission import OverflowMode
 from allocator.goodput import NoiseModel
 from allocator.loop import LoopResult, LoopSettings, StepReport, run_loop
+from allocator.measured import TrustSettings
 from allocator.policies import make_policy
 from elastic_tasks.cluster import gpu_workers, warm_up_trainer
-from elastic_tasks.recipe import resolve_workload
+from elastic_tasks.workloads import resolve_workload
 from elastic_tasks.executor import DaskExecutor, JobSettings, WallClock
 from service.feed import StoreFeed
 from service.fence import fence
@@ -49,6 +50,9 @@ class ServiceConfig:
     lease_ttl_s: float = 10.0
     tracking_uri: str | None = None
     experiment: str = "malleable"
+    # MALLEABLE_ALLOWED_ENTRYPOINTS as patterns; None: any module may run.
+    allowed_entrypoints: tuple[str, ...] | None = None
+    trust_measurements: bool = True  # the loop trusts what jobs measured over the model (allocator.measured)
 
     def __post_init__(self) -> None:
         for name in ("interval_s", "poll_s", "progress_s", "collective_timeout_s", "lease_ttl_s"):
@@ -58,15 +62,18 @@ class ServiceConfig:
         if not (isinstance(self.checkpoint_every, int) and self.checkpoint_every >= 1):
             raise ValueError(f"ServiceConfig.checkpoint_every={self.checkpoint_every!r}: must be an integer >= 1 (jobs resume from checkpoints)")
         make_policy(self.policy)
+        if self.policy.startswith("idle_nodes"):
+            raise ValueError(f"ServiceConfig.policy={self.policy!r}: idle-node policies need node names, which the service's workers do not expose")
 
 
 class Service:
     """One service: ``acquire()`` the store's lease (before any cluster starts), then ``run()``;
     ``stop()`` (any thread, a signal handler) ends it cleanly."""
 
-    def __init__(self, config: ServiceConfig, say: Callable[[str], None] = print) -> None:
+    def __init__(self, config: ServiceConfig, say: Callable[[str], None] = print, stopping: threading.Event | None = None) -> None:
         self.config, self.say = config, say
-        self.stopping = threading.Event()
+        # ``serve`` shares its signal latch's event: a stop asked before the service exists holds.
+        self.stopping = stopping if stopping is not None else threading.Event()
         self.store = JobStore(config.store_url)
         self.lease = Lease(self.store, config.lease_ttl_s)
         self.result: LoopResult | None = None
@@ -95,7 +102,20 @@ class Service:
         return previous.cluster_address
 
     def stop(self) -> None:
+        """From any thread (not from a signal handler: ``Event.set`` takes a lock)."""
         self.stopping.set()
+
+    def fast_stop(self) -> None:
+        """The bounded stop (a third SIGTERM): no checkpoint is waited for. The store stays
+        consistent: every job running here is suspended (it resumes from its last checkpoint,
+        as after a crash), the lease is released, an owned cluster is told to shut down."""
+        if self._taken is not None:
+            # This service holds the lease: every job "running" in the store is its own.
+            for row in self.store.jobs(states=[JobState.RUNNING]):
+                self.store.set_state(row.id, JobState.SUSPENDED, only_from=(JobState.RUNNING,), gpus=0, batch=0)
+        self.lease.release()
+        if self.client is not None and self.cluster_owned:
+            self.client.shutdown()
 
     def checkpoint_dir(self, job_id: str) -> str:
         # A path or an fsspec URL (s3://...): joined as text, not as a local Path.
@@ -110,6 +130,7 @@ class Service:
         self.client, self.cluster_owned = client, cluster_owned
         tracking = ServiceTracking(cfg.tracking_uri, cfg.experiment, warn=self.say, job_tags={"malleable.policy": cfg.policy})
         executor: DaskExecutor | None = None
+        feed: StoreFeed | None = None
         try:
             self.lease.note_cluster(self.client.scheduler.address, self.cluster_owned)
             self.lease.keep_renewed()
@@ -121,7 +142,8 @@ class Service:
                     self.say(f"previous service died: its ranks of {len(fenced.stopped)} job(s) checkpointed and stopped" + (", its cluster shut down" if fenced.shut_down else ""))
             if resume:
                 self.say(f"{len(resume)} unfinished job(s) from the store: " + ", ".join(f"{r.id} ({r.state.value})" for r in resume))
-            warm_up_trainer(self.client)
+            if not self.stopping.is_set():  # a stop asked during start-up: straight to the (empty) loop
+                warm_up_trainer(self.client)
             clock = WallClock()
             self.started_ms = int(time.time() * 1000)  # the loop's t = 0 as a timestamp
             settings = JobSettings(timeout_s=cfg.collective_timeout_s, checkpoint_root=cfg.checkpoint_root, checkpoint_every=cfg.checkpoint_every, poll_s=cfg.poll_s)
@@ -133,14 +155,17 @@ class Service:
             )
             recorder = StoreRecorder(
                 self.store, tracking, self.checkpoint_dir, lambda j: executor.jobs[j].board_id if j in executor.jobs else None, self.say,
-                result_of=executor.results.get,
+                result_of=executor.results.get, rates=executor,
             )  # fmt: skip
             tracking.service_started({"policy": cfg.policy, "interval_s": str(cfg.interval_s), "scheduler": self.client.scheduler.address})
             heartbeat = _Heartbeat(self.store, executor, tracking, self.client, cfg.progress_s)
-            feed = StoreFeed(self.store, self.stopping, cfg.poll_s, resume, on_poll=heartbeat)
+            feed = StoreFeed(self.store, self.stopping, cfg.poll_s, resume, on_poll=heartbeat, allowed=cfg.allowed_entrypoints)
             self.lease_watch = threading.Thread(target=self._watch_lease, daemon=True, name="malleable-lease-watch")
             self.lease_watch.start()
-            loop_settings = LoopSettings(interval_s=cfg.interval_s, overflow=cfg.overflow, strict_fifo=cfg.strict_fifo, react_to_events=cfg.react)
+            loop_settings = LoopSettings(
+                interval_s=cfg.interval_s, overflow=cfg.overflow, strict_fifo=cfg.strict_fifo, react_to_events=cfg.react,
+                trust=TrustSettings() if cfg.trust_measurements else None,
+            )  # fmt: skip
             self.say(f"serving {redact(self.store.url)} with {cfg.policy} on {len(gpu_workers(self.client))} GPU worker(s)")
             self.result = run_loop(
                 feed, policy, lambda: len(gpu_workers(self.client)), clock, executor, loop_settings,
@@ -155,6 +180,8 @@ class Service:
                 self.say(f"suspended {len(saved)} running job(s): " + ", ".join(f"{j} ({'checkpointed' if ok else 'from its last checkpoint'})" for j, ok in saved.items()))
             return self.result
         finally:
+            if feed is not None:
+                feed.close()
             if executor is not None:
                 executor.close()
             tracking.close()

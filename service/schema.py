@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from sqlalchemy import Boolean, Column, Float, Index, Integer, MetaData, String, Table, Text
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 metadata = MetaData()
 
@@ -52,6 +52,8 @@ jobs = Table(
     Column("final_loss", Float),
     Column("eval_loss", Float),
     Column("mlflow_parent_run_id", String(64)),
+    # v3: where a finished job's wall time went (``elastic_tasks.rank.wall_split.WallSplit`` as JSON).
+    Column("wall_split", Text),
 )
 Index("malleable_jobs_cancel", jobs.c.cancel_requested, jobs.c.cancel_seen)
 
@@ -64,10 +66,15 @@ allocations = Table(
     Column("gpus", Integer, nullable=False),
     Column("batch", Integer, nullable=False),
     Column("kind", String(16), nullable=False),
+    # v3: the generation's samples/s as the model predicted it when decided, and as measured.
+    Column("predicted_samples_per_s", Float),
+    Column("measured_samples_per_s", Float),
 )
 
 # version -> the jobs columns it added (upgrading from version - 1)
-ADDED_COLUMNS: dict[int, tuple[str, ...]] = {2: ("steps", "first_loss", "final_loss", "eval_loss", "mlflow_parent_run_id")}
+ADDED_COLUMNS: dict[int, tuple[str, ...]] = {2: ("steps", "first_loss", "final_loss", "eval_loss", "mlflow_parent_run_id"), 3: ("wall_split",)}
+# version -> the allocations columns it added
+ADDED_ALLOCATION_COLUMNS: dict[int, tuple[str, ...]] = {3: ("predicted_samples_per_s", "measured_samples_per_s")}
 
 lease = Table(
     "malleable_lease",

@@ -8,32 +8,39 @@ long; idempotency and "exactly once" rest on the database's unique constraints.
 
 from __future__ import annotations
 
+import getpass
 import json
+import os
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
-from sqlalchemy import Engine, create_engine, event, insert, inspect, select, update
+from sqlalchemy import Engine, bindparam, create_engine, event, insert, inspect, select, update
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError, OperationalError, ProgrammingError, SQLAlchemyError
 
 from service import schema
 from service.redaction import redact_url
 from service.records import AllocationRow, JobRow, JobState, Submission, Submitted
 
 
-class StoreError(RuntimeError):
-    """The store cannot be used; the message is one line naming the URL and what to do."""
-
-
-class StoreVersionError(StoreError):
-    """The store was written by another schema version."""
-
-
-class UnknownJobError(KeyError):
-    def __str__(self) -> str:
-        return f"no job {self.args[0]!r} in the store"
+# Errors and ownership live beside the store; imported here, where callers have always found them.
+from service.store_errors import (  # noqa: E402, F401
+    MAX_STORED_INT,
+    NOTIFY_CHANNEL,
+    IdempotencyConflict,
+    NotOwnerError,
+    StoreError,
+    StoreMissingError,
+    StorePermissionError,
+    StoreSettingError,
+    StoreVersionError,
+    UnknownJobError,
+    not_owner,
+    submitter_identity,
+)
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:
@@ -50,21 +57,51 @@ def redact(url: str) -> str:
     return redact_url(url)
 
 
-def make_engine(url: str) -> Engine:
+def in_memory(url: str) -> bool:
+    """A sqlite store that ends with the process (``sqlite://``, ``sqlite:///:memory:``)."""
     try:
         parsed = make_url(url)
     except ArgumentError:
-        raise StoreError(f"job store URL {redact(url)!r}: not a database URL (e.g. sqlite:///path/jobs.db, postgresql+psycopg://user@host/db)") from None
-    if parsed.get_backend_name() == "sqlite":
+        return False
+    return parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:")
+
+
+def make_engine(url: str, *, create: bool = True) -> Engine:
+    """An engine for ``url``; with ``create=False`` a sqlite file that is not there is not made
+    (StoreMissingError): a read-only command never creates a store."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise StoreSettingError(f"job store URL {redact(url)!r}: not a database URL (e.g. sqlite:///path/jobs.db, postgresql+psycopg://user@host/db)") from None
+    try:
+        backend = parsed.get_backend_name()
+        parsed.get_dialect()
+    except NoSuchModuleError:
+        raise StoreSettingError(f"job store URL {redact(url)!r}: no database kind {parsed.drivername!r} (e.g. sqlite:///path/jobs.db, postgresql+psycopg://user@host/db)") from None
+    except ModuleNotFoundError as exc:
+        raise StoreSettingError(f"job store URL {redact(url)!r}: its driver is not installed ({exc.name})") from None
+    if backend == "sqlite":
         if parsed.database and parsed.database != ":memory:":
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            path = Path(parsed.database)
+            existing = next(p for p in (path.parent, *path.parent.parents) if p.exists())
+            if path.is_dir() or not existing.is_dir():
+                what = "is a directory" if path.is_dir() else f"{str(existing)!r} is a file, not a directory"
+                raise StoreSettingError(f"job store URL {redact(url)!r}: {what}")
+            if not create and not path.exists():
+                raise StoreMissingError(f"job store {redact(url)!r} does not exist yet (nothing was submitted to it)")
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                if not os.access(path.parent, os.W_OK):
+                    raise PermissionError(13, "Permission denied")
+            except OSError as exc:
+                raise StoreSettingError(f"job store URL {redact(url)!r}: cannot make the store file there ({exc.strerror or type(exc).__name__})") from None
         engine = create_engine(parsed, connect_args={"timeout": 30})
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     try:
-        return create_engine(parsed, pool_pre_ping=True, connect_args={"connect_timeout": 10} if parsed.get_backend_name() == "postgresql" else {})
+        return create_engine(parsed, pool_pre_ping=True, connect_args={"connect_timeout": 10} if backend == "postgresql" else {})
     except ModuleNotFoundError as exc:
-        raise StoreError(f"job store URL {redact(url)!r}: its driver is not installed ({exc.name})") from None
+        raise StoreSettingError(f"job store URL {redact(url)!r}: its driver is not installed ({exc.name})") from None
 
 
 def _row(r) -> JobRow:
@@ -74,7 +111,7 @@ def _row(r) -> JobRow:
         error=r.error, checkpoint_dir=r.checkpoint_dir, mlflow_run_id=r.mlflow_run_id, board_id=r.board_id,
         gpus=r.gpus, batch=r.batch, samples_done=r.samples_done, total_samples=r.total_samples, attempts=r.attempts,
         cancel_requested=r.cancel_requested, steps=r.steps, first_loss=r.first_loss, final_loss=r.final_loss,
-        eval_loss=r.eval_loss, mlflow_parent_run_id=r.mlflow_parent_run_id,
+        eval_loss=r.eval_loss, mlflow_parent_run_id=r.mlflow_parent_run_id, wall_split=json.loads(r.wall_split) if r.wall_split else None,
     )  # fmt: skip
 
 
@@ -85,11 +122,21 @@ def new_job_id() -> str:
 class JobStore:
     """One store; cheap to open (a connection pool), safe to share between threads."""
 
-    def __init__(self, url: str, *, create: bool = True) -> None:
+    def __init__(self, url: str, *, create: bool = True, async_commit_submissions: bool = False) -> None:
+        """``async_commit_submissions`` (PostgreSQL): a submission's commit does not wait for its
+        WAL flush (``synchronous_commit=off`` for that transaction only): several times the
+        submissions per second where an fsync is slow, at the price that a *database server*
+        crash within ~0.2 s may lose an acknowledged submission (never half of one; the
+        database stays consistent). Retrying with the same idempotency key makes it whole."""
         self.url = url
-        self.engine = make_engine(url)
+        self.async_commit_submissions = async_commit_submissions
+        self._role: str | None = None
+        self.engine = make_engine(url, create=create)
         try:
             self._check_schema(create)
+        except StoreError:
+            self.engine.dispose()
+            raise
         except OperationalError as exc:
             self.engine.dispose()
             reason = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else type(exc).__name__
@@ -105,7 +152,7 @@ class JobStore:
         tables = set(inspect(self.engine).get_table_names())
         if schema.meta.name not in tables:
             if not create:
-                raise StoreError(f"job store {redact(self.url)!r} holds no malleable jobs (start `malleable serve` or submit once to create it)")
+                raise StoreMissingError(f"job store {redact(self.url)!r} holds no malleable jobs (start `malleable serve` or submit once to create it)")
             try:
                 schema.metadata.create_all(self.engine)
                 with self.engine.begin() as conn:
@@ -129,17 +176,17 @@ class JobStore:
         with self.engine.begin() as conn:
             # Another process may have upgraded it meanwhile: re-read under the transaction.
             current = int(conn.execute(select(schema.meta.c.value).where(schema.meta.c.key == "schema_version")).scalar())
-            have = {c["name"] for c in inspect(conn).get_columns(schema.jobs.name)}
-            for v in range(current + 1, schema.SCHEMA_VERSION + 1):
-                for name in schema.ADDED_COLUMNS.get(v, ()):
-                    if name in have:
-                        continue
-                    column = schema.jobs.c[name]
-                    kind = column.type.compile(dialect=conn.dialect)
-                    # PostgreSQL: a second process upgrading at the same moment waits on the table
-                    # lock, then finds the column there.
-                    exists = " IF NOT EXISTS" if conn.dialect.name == "postgresql" else ""
-                    conn.exec_driver_sql(f"ALTER TABLE {schema.jobs.name} ADD COLUMN{exists} {name} {kind}")
+            for table, added in ((schema.jobs, schema.ADDED_COLUMNS), (schema.allocations, schema.ADDED_ALLOCATION_COLUMNS)):
+                have = {c["name"] for c in inspect(conn).get_columns(table.name)}
+                for v in range(current + 1, schema.SCHEMA_VERSION + 1):
+                    for name in added.get(v, ()):
+                        if name in have:
+                            continue
+                        kind = table.c[name].type.compile(dialect=conn.dialect)
+                        # PostgreSQL: a second process upgrading at the same moment waits on the table
+                        # lock, then finds the column there.
+                        exists = " IF NOT EXISTS" if conn.dialect.name == "postgresql" else ""
+                        conn.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN{exists} {name} {kind}")
             conn.execute(update(schema.meta).where(schema.meta.c.key == "schema_version").values(value=str(schema.SCHEMA_VERSION)))
         return str(schema.SCHEMA_VERSION)
 
@@ -155,32 +202,80 @@ class JobStore:
             out.append(self._submit_one(sub))
         return out
 
+    @contextmanager
+    def writing(self, operation: str) -> Iterator[None]:
+        """A write refused by the database's permissions: one StorePermissionError naming the
+        role and ``operation`` (a read-only watcher role may list and wait, not submit)."""
+        try:
+            yield
+        except (ProgrammingError, OperationalError) as exc:
+            text = str(exc.orig or exc).lower()
+            if "permission denied" not in text and "insufficientprivilege" not in type(exc.orig).__name__.lower() and "readonly" not in text:
+                raise
+            raise StorePermissionError(
+                f"job store {redact(self.url)!r}: role {self.role()!r} may not {operation} (permission denied); "
+                "a read-only role can list and wait, not submit or cancel"
+            ) from None
+
+    def role(self) -> str:
+        """Who the database says we are: PostgreSQL's ``current_user``; on a file, the OS user."""
+        if self.engine.dialect.name == "postgresql":
+            if self._role is None:
+                with self.engine.connect() as conn:
+                    self._role = str(conn.exec_driver_sql("SELECT current_user").scalar())
+            return self._role
+        return getpass.getuser()
+
+    def _check_key(self, sub: Submission) -> str | None:
+        """The job an idempotency key already names, if its content is this submission's;
+        IdempotencyConflict if the key names a different job (a retry never changes the job)."""
+        with self.engine.connect() as conn:
+            found = conn.execute(select(schema.jobs.c.id, schema.jobs.c.spec, schema.jobs.c.name).where(schema.jobs.c.idempotency_key == sub.idempotency_key)).first()
+        if found is None:
+            return None
+        # The profile is left out: a retry may find a newer measured profile; the work is the same.
+        before = {k: v for k, v in json.loads(found.spec).items() if k != "profile"}
+        now = {k: v for k, v in json.loads(json.dumps(sub.entry)).items() if k != "profile"}
+        differ = sorted(k for k in before.keys() | now.keys() if before.get(k) != now.get(k)) + (["name"] if found.name != sub.name else [])
+        if differ:
+            raise IdempotencyConflict(
+                f"--key={sub.idempotency_key!r}: already names job {found.id} with other content ({', '.join(differ)} differ); a different job needs a new key"
+            )
+        return found.id
+
     def _submit_one(self, sub: Submission) -> Submitted:
         if sub.idempotency_key is not None:
-            earlier = self._by_key(sub.idempotency_key)
+            earlier = self._check_key(sub)
             if earlier is not None:
                 return Submitted(earlier, created=False)
+        total = int(sub.entry["samples"])
+        if not 0 < total <= MAX_STORED_INT:
+            raise ValueError(f"samples={sub.entry['samples']!r}: must be an integer in [1, {MAX_STORED_INT}] (what the store holds)")
         job_id, now = new_job_id(), time.time()
         values = dict(
             id=job_id, name=sub.name, submitter=sub.submitter, idempotency_key=sub.idempotency_key, spec=json.dumps(sub.entry),
-            state=JobState.QUEUED.value, submitted_at=now, updated_at=now, total_samples=int(sub.entry["samples"]),
+            state=JobState.QUEUED.value, submitted_at=now, updated_at=now, total_samples=total,
             cancel_requested=False, cancel_seen=False, gpus=0, batch=0, samples_done=0.0, attempts=0,
             mlflow_parent_run_id=sub.mlflow_parent_run_id,
         )  # fmt: skip
         try:
-            with self.engine.begin() as conn:
+            with self.writing("submit jobs"), self.engine.begin() as conn:
+                if self.async_commit_submissions and conn.dialect.name == "postgresql":
+                    conn.exec_driver_sql("SET LOCAL synchronous_commit TO off")
                 conn.execute(insert(schema.jobs).values(**values))
+                self._notify(conn)
         except IntegrityError:
             # Two retries of one submission raced: the other insert won; return its job.
-            earlier = self._by_key(sub.idempotency_key) if sub.idempotency_key is not None else None
+            earlier = self._check_key(sub) if sub.idempotency_key is not None else None
             if earlier is None:
                 raise
             return Submitted(earlier, created=False)
         return Submitted(job_id, created=True)
 
-    def _by_key(self, key: str) -> str | None:
-        with self.engine.connect() as conn:
-            return conn.execute(select(schema.jobs.c.id).where(schema.jobs.c.idempotency_key == key)).scalar()
+    def _notify(self, conn) -> None:
+        # PostgreSQL wakes a LISTENing service at once (with the commit); sqlite has no such thing.
+        if conn.dialect.name == "postgresql":
+            conn.exec_driver_sql(f"NOTIFY {NOTIFY_CHANNEL}")
 
     def job(self, job_id: str) -> JobRow:
         with self.engine.connect() as conn:
@@ -199,15 +294,21 @@ class JobStore:
         with self.engine.connect() as conn:
             return [_row(r) for r in conn.execute(query)]
 
-    def request_cancel(self, job_id: str) -> JobRow:
-        """A job that has not started is cancelled at once; a running one when the service stops it."""
+    def request_cancel(self, job_id: str, *, by: str | None = None, force: bool = False) -> JobRow:
+        """A job that has not started is cancelled at once; a running one when the service stops it.
+        ``by`` (a submitter): another submitter's job only with ``force``, and that is recorded on the job."""
         now = time.time()
-        with self.engine.begin() as conn:
-            found = conn.execute(select(schema.jobs.c.state).where(schema.jobs.c.id == job_id)).scalar()
+        with self.writing("cancel jobs"), self.engine.begin() as conn:
+            found = conn.execute(select(schema.jobs.c.state, schema.jobs.c.submitter).where(schema.jobs.c.id == job_id)).first()
             if found is None:
                 raise UnknownJobError(job_id)
-            if not JobState(found).terminal:
-                conn.execute(update(schema.jobs).where(schema.jobs.c.id == job_id).values(cancel_requested=True, updated_at=now))
+            foreign = by is not None and submitter_identity(found.submitter) != submitter_identity(by)
+            if foreign and not force:
+                raise not_owner(job_id, found.submitter, by)
+            if not JobState(found.state).terminal:
+                extra = {"error": f"cancelled by {by} with --force"} if foreign else {}
+                conn.execute(update(schema.jobs).where(schema.jobs.c.id == job_id).values(cancel_requested=True, updated_at=now, **extra))
+                self._notify(conn)
                 conn.execute(
                     update(schema.jobs)
                     .where(schema.jobs.c.id == job_id, schema.jobs.c.state.in_([JobState.QUEUED.value, JobState.SUSPENDED.value]))
@@ -218,7 +319,9 @@ class JobStore:
     def allocations(self, job_id: str) -> list[AllocationRow]:
         query = select(schema.allocations).where(schema.allocations.c.job_id == job_id).order_by(schema.allocations.c.seq)
         with self.engine.connect() as conn:
-            return [AllocationRow(r.job_id, r.time, r.gpus, r.batch, r.kind) for r in conn.execute(query)]
+            return [
+                AllocationRow(r.job_id, r.time, r.gpus, r.batch, r.kind, r.predicted_samples_per_s, r.measured_samples_per_s) for r in conn.execute(query)
+            ]
 
     # -- the service -----------------------------------------------------------------------------
 
@@ -226,7 +329,8 @@ class JobStore:
         """Cancel requests the service has not acted on yet; each returned once."""
         c = schema.jobs.c
         with self.engine.begin() as conn:
-            ids = list(conn.execute(select(c.id).where(c.cancel_requested.is_(True), c.cancel_seen.is_(False))).scalars())
+            # "= true", not "IS true": PostgreSQL uses the (cancel_requested, cancel_seen) index only for "=".
+            ids = list(conn.execute(select(c.id).where(c.cancel_requested == True, c.cancel_seen == False)).scalars())  # noqa: E712
             if ids:
                 conn.execute(update(schema.jobs).where(c.id.in_(ids)).values(cancel_seen=True))
         return ids
@@ -257,14 +361,28 @@ class JobStore:
         if not rows:
             return
         with self.engine.begin() as conn:
-            conn.execute(insert(schema.allocations), [dict(job_id=r.job_id, time=r.time, gpus=r.gpus, batch=r.batch, kind=r.kind) for r in rows])
-            for r in rows:
-                conn.execute(update(schema.jobs).where(schema.jobs.c.id == r.job_id).values(gpus=r.gpus, batch=r.batch, updated_at=r.time))
+            conn.execute(
+                insert(schema.allocations),
+                [dict(job_id=r.job_id, time=r.time, gpus=r.gpus, batch=r.batch, kind=r.kind, predicted_samples_per_s=r.predicted_samples_per_s) for r in rows],
+            )
+            c = schema.jobs.c
+            query = update(schema.jobs).where(c.id == bindparam("job_id")).values(gpus=bindparam("g"), batch=bindparam("b"), updated_at=bindparam("t"))
+            conn.execute(query, [{"job_id": r.job_id, "g": r.gpus, "b": r.batch, "t": r.time} for r in rows])
+
+    def record_measured_rate(self, job_id: str, samples_per_s: float) -> None:
+        """The samples/s the job's current generation (its latest allocation row) measured."""
+        a = schema.allocations
+        with self.engine.begin() as conn:
+            latest = conn.execute(select(a.c.seq).where(a.c.job_id == job_id).order_by(a.c.seq.desc()).limit(1)).scalar()
+            if latest is not None:
+                conn.execute(update(a).where(a.c.seq == latest).values(measured_samples_per_s=samples_per_s))
 
     def record_progress(self, progress: dict[str, float]) -> None:
         if not progress:
             return
         now = time.time()
+        c = schema.jobs.c
+        # One statement, executed for many rows in one transaction (the driver batches it).
+        query = update(schema.jobs).where(c.id == bindparam("job_id")).values(samples_done=bindparam("done"), updated_at=now)
         with self.engine.begin() as conn:
-            for job_id, samples in progress.items():
-                conn.execute(update(schema.jobs).where(schema.jobs.c.id == job_id).values(samples_done=samples, updated_at=now))
+            conn.execute(query, [{"job_id": job_id, "done": samples} for job_id, samples in progress.items()])

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import yaml
 
+from tests.service_bad_cases import service_cases, service_inputs
+
 REPO = Path(__file__).resolve().parents[1]
 JOBS = REPO / "examples" / "quickstart" / "jobs.yaml"
 HPO = REPO / "examples" / "hpo_tiny.yaml"
@@ -91,6 +93,7 @@ def make_inputs(root: Path) -> None:
         "hpo_badep.yaml": _hpo(entrypoint="i17_nosuch:fn"),
         "hpo_raising_ep.yaml": _hpo(entrypoint="i17_import_raises:f"),
     }
+    files.update(service_inputs(root, _jobs))
     for name, data in files.items():
         (root / name).write_text(yaml.safe_dump(data))
     for name, text in USER_MODULES.items():
@@ -180,6 +183,9 @@ CASES: tuple[BadInput, ...] = (
     _c("env-binary-dotenv", "compare", ".env", "not UTF-8", cwd="envdir"),
     _c("env-scheduler-address", "retrain", "MALLEABLE_SCHEDULER_ADDRESS='not an address'", env={"MALLEABLE_CLUSTER": "address", "MALLEABLE_SCHEDULER_ADDRESS": "not an address"}),
 )
+
+# The service's commands (issue 28): their own module, the same judge.
+CASES = CASES + service_cases(_c, MLP, JOBS)
 
 
 @dataclass(frozen=True)

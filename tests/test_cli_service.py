@@ -63,10 +63,10 @@ def test_epochs_are_turned_into_samples(cli):
         (("submit", "mlp_tiny"), "give --samples or --epochs"),
         (("submit",), "give an ENTRYPOINT or --file JOBS"),
         (("submit", "mlp_tiny", "--samples", "100", "--max-gpus", "0"), "max_gpus=0"),
-        (("submit", "not an entry", "--samples", "100"), "workload='not an entry'"),
+        (("submit", "not an entry", "--samples", "100"), "ENTRYPOINT='not an entry'"),
         (("submit", "--file", "missing.yaml"), "no such file"),
-        (("cancel", "jnope"), "no job 'jnope'"),
-        (("wait", "jnope"), "no job 'jnope'"),
+        (("cancel", "jnope"), "JOB_ID='jnope'"),
+        (("wait", "jnope"), "JOB_ID='jnope'"),
         (("wait", "jnope", "--timeout", "-1"), "--timeout=-1.0"),
         (("jobs", "--format", "xml"), "--format='xml'"),
     ],
@@ -95,3 +95,20 @@ def test_jobs_lists_cancel_ends_a_queued_job_and_wait_reports_it_as_not_finished
     assert ids[0] in invoke("jobs", "--all").output
     waited = invoke("wait", ids[0])
     assert waited.exit_code == 1 and "cancelled" in waited.output
+
+
+def test_jobs_shows_each_generations_predicted_and_measured_samples_per_second(cli):
+    from service.records import AllocationRow
+
+    invoke, store, tmp = cli
+    job = invoke("submit", "mlp_tiny", "--samples", "1000", "--name", "g", "--profile", str(tmp / "profile.json")).output.split()[-1]
+    store.record_allocations([AllocationRow(job, 1000.0, 2, 256, "start", predicted_samples_per_s=1234.0)])
+    store.record_measured_rate(job, 777.0)
+    store.record_allocations([AllocationRow(job, 1060.0, 2, 36, "batch", predicted_samples_per_s=1500.0)])
+    out = invoke("jobs", "--generations").output
+    assert "predicted samples/s" in out and "1,234" in out and "777" in out and "1,500" in out
+    [listed] = json.loads(invoke("jobs", "--format", "json").output)
+    assert [(g["gpus"], g["batch"], g["predicted_samples_per_s"], g["measured_samples_per_s"]) for g in listed["generations"]] == [
+        (2, 256, 1234.0, 777.0),
+        (2, 36, 1500.0, None),  # the generation running now: not measured yet
+    ]

@@ -34,15 +34,12 @@ def test_a_job_failing_in_its_ranks_is_reported_and_the_others_finish(tmp_path):
     (tmp_path / "jobs.yaml").write_text(yaml.safe_dump({"profiles": {"p": profile}, "jobs": jobs}))
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLEABLE_")}
     env.update(PYTHONPATH=str(REPO), MALLEABLE_WORKERS="2", PREFECT_HOME=str(tmp_path / "prefect"))
-    t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "flows.commands.cli", "run", "jobs.yaml"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
-    took = time.monotonic() - t0
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert len(errors) == 1 and "job bad failed" in errors[0] and "boom in the user's forward" in errors[0], proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
     assert "good" in proc.stdout  # its row in the results table
-    assert took < 300
 
 
 def test_ctrl_c_on_a_running_run_exits_at_once_with_one_line_and_leaves_nothing_running(tmp_path):
@@ -66,12 +63,9 @@ def test_ctrl_c_on_a_running_run_exits_at_once_with_one_line_and_leaves_nothing_
     while not list((tmp_path / ".malleable").glob("checkpoints/**/state.pt")):  # training is under way
         assert time.monotonic() < deadline and proc.poll() is None, "the run never started training"
         time.sleep(0.2)
-    sent = time.monotonic()
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole process group
-    out, err = proc.communicate(timeout=60)
-    took = time.monotonic() - sent
+    out, err = proc.communicate(timeout=60)  # the hang bound; how long it took is no assertion (issue 26.6)
     assert proc.returncode == 130, out + err
-    assert took < 10, took
     lines = [x for x in (out + err).splitlines() if "interrupted" in x]
     assert len(lines) == 1 and "Traceback" not in out + err, out + err
 

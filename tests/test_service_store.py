@@ -13,9 +13,14 @@ from sqlalchemy import update
 from service import schema
 from service.client import ServiceClient
 from service.lease import Lease, LeaseHeldError
-from service.records import JobState, Submission
+from service.records import AllocationRow, JobState, Submission
 from service.store import JobStore, StoreError, StoreVersionError, UnknownJobError
 from tests.service_helpers import drop_postgres, job_entry, postgres_url
+
+
+def as_recorded(store_url: str, submitter: str) -> str:
+    """PostgreSQL records the session's role first (the fixtures connect as postgres)."""
+    return f"postgres ({submitter})" if store_url.startswith("postgresql") else submitter
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -37,7 +42,7 @@ def test_submissions_keep_their_order_fields_and_idempotency(store_url):
     rows = client.jobs()
     assert [r.id for r in rows] == [first.job_id, other.job_id]
     assert [r.name for r in rows] == ["a", "b"] and [r.total_samples for r in rows] == [500, 700]
-    assert all(r.state is JobState.QUEUED and r.submitter == "alice@host" for r in rows)
+    assert all(r.state is JobState.QUEUED and r.submitter == as_recorded(store_url, "alice@host") for r in rows)
     assert rows[0].spec["samples"] == 500 and rows[0].spec["workload"] == "elastic_tasks.examples:mlp_tiny"
 
 
@@ -98,14 +103,37 @@ def test_a_version_1_store_is_upgraded_in_place_keeping_its_jobs(store_url):
 
     upgraded = JobStore(store_url)
     with upgraded.engine.connect() as conn:
-        assert conn.exec_driver_sql("SELECT value FROM malleable_meta WHERE key = 'schema_version'").scalar() == "2"
+        assert conn.exec_driver_sql("SELECT value FROM malleable_meta WHERE key = 'schema_version'").scalar() == "3"
     row = upgraded.job(job)
-    assert (row.name, row.submitter, row.total_samples, row.state) == ("kept", "old", 321, JobState.QUEUED)
+    assert (row.name, row.submitter, row.total_samples, row.state) == ("kept", as_recorded(store_url, "old"), 321, JobState.QUEUED)
     assert (row.steps, row.final_loss, row.eval_loss) == (None, None, None)
     assert upgraded.set_state(job, JobState.FINISHED, steps=7, first_loss=2.5, final_loss=0.5, eval_loss=0.75)
     row = upgraded.job(job)
     assert (row.steps, row.first_loss, row.final_loss, row.eval_loss) == (7, 2.5, 0.5, 0.75)
-    JobStore(store_url)  # opening it again finds version 2: nothing to do, nothing refused
+    JobStore(store_url)  # opening it again finds version 3: nothing to do, nothing refused
+
+
+def test_a_version_2_store_gains_the_wall_split_and_the_per_generation_rates(store_url):
+    """Version 3 added a job's wall-time split and each allocation's predicted and measured
+    samples/s; a version-2 store keeps its jobs and allocation history and records both."""
+    store = JobStore(store_url)
+    job = ServiceClient(store, submitter="old").submit(job_entry("kept", samples=321)).job_id
+    store.record_allocations([AllocationRow(job, 10.0, 2, 64, "start")])
+    with store.engine.begin() as conn:  # what version 2 looked like
+        conn.exec_driver_sql("ALTER TABLE malleable_jobs DROP COLUMN wall_split")
+        for column in ("predicted_samples_per_s", "measured_samples_per_s"):
+            conn.exec_driver_sql(f"ALTER TABLE malleable_allocations DROP COLUMN {column}")
+        conn.execute(update(schema.meta).where(schema.meta.c.key == "schema_version").values(value="2"))
+    store.close()
+
+    upgraded = JobStore(store_url)
+    assert upgraded.allocations(job) == [AllocationRow(job, 10.0, 2, 64, "start", None, None)]
+    assert upgraded.job(job).wall_split is None
+    upgraded.record_allocations([AllocationRow(job, 20.0, 1, 64, "in_place", predicted_samples_per_s=400.0)])
+    upgraded.record_measured_rate(job, 390.5)  # the latest row: the generation that runs now
+    assert [(a.predicted_samples_per_s, a.measured_samples_per_s) for a in upgraded.allocations(job)] == [(None, None), (400.0, 390.5)]
+    upgraded.update_job(job, wall_split='{"steps_s": 1.5}')
+    assert upgraded.job(job).wall_split == {"steps_s": 1.5}
 
 
 def test_an_unreachable_store_is_one_line_naming_the_setting():

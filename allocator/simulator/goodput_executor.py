@@ -10,30 +10,33 @@ when it has done ``total_samples`` base-batch-equivalent samples.
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from allocator.goodput import NoiseTrajectory, base_batch, efficiency, step_time
-from allocator.execution import share_changes
-from allocator.loop import EPS, LoopResult, LoopSettings, StepReport, run_loop
+from allocator.loop import LoopResult, LoopSettings, StepReport, run_loop
 from allocator.policies.base import Policy
 from allocator.simulator.clock import SimClock
 from allocator.simulator.executor import RescaleCost, classify
-from allocator.types import Allocation, JobSpec, RescaleEvent, Share
+from allocator.simulator.modelled import ModelledCluster
+from allocator.types import JobSpec, RescaleKind, Share
 
 
 @dataclass(slots=True)
 class _Job:
     spec: JobSpec
     trajectory: NoiseTrajectory
+    rate_for: Callable[[Share], list[float]]  # the executor's physics for this job
     done: float = 0.0  # base-batch-equivalent samples as of ``since``
     since: float = 0.0
     paused_until: float = 0.0
     rates: list[float] = field(default_factory=list)  # per trajectory piece; empty: not running
     version: int = 0
     finished: bool = False
+
+    def run(self, share: Share | None) -> None:
+        self.rates = self.rate_for(share) if share is not None else []
 
     def _pieces(self) -> Iterable[tuple[float, float]]:
         """(end of piece in samples, rate) for the pieces from the current progress on."""
@@ -70,7 +73,7 @@ class _Job:
         return t
 
 
-class GoodputSimExecutor:
+class GoodputSimExecutor(ModelledCluster[_Job]):
     """Same protocol as ``SimExecutor``; progress is in base-batch-equivalent samples.
 
     With ``report_noise`` every job reports its trajectory's B_noise at its current progress as
@@ -87,14 +90,12 @@ class GoodputSimExecutor:
         default_noise_scale: float = math.inf,
         report_noise: bool = False,
     ) -> None:
+        super().__init__()
         self._noise = dict(noise)
         self._report_noise = report_noise
         self._default_noise = NoiseTrajectory.constant(default_noise_scale)
         self._cost = default_cost
         self._per_host = gpus_per_host
-        self._jobs: dict[str, _Job] = {}
-        self._heap: list[tuple[float, int, int, str, int]] = []
-        self._sequence = 0
 
     def trajectory(self, spec: JobSpec) -> NoiseTrajectory:
         """``noise`` by job id or workload, else the job's own ``noise_scale``, else the default."""
@@ -108,32 +109,11 @@ class GoodputSimExecutor:
         b0 = base_batch(spec)
         return [share.batch / step * float(efficiency(v, b0, share.batch)) for v in self.trajectory(spec).values]
 
-    def apply(self, now: float, previous: Allocation, new: Allocation, jobs: Mapping[str, JobSpec]) -> list[RescaleEvent]:
-        events = []
-        for job_id, before, after in share_changes(previous, new):
-            state = self._jobs.get(job_id)
-            if state is None:
-                spec = jobs[job_id]
-                state = self._jobs[job_id] = _Job(spec, self.trajectory(spec), since=now, paused_until=now)
-            if state.finished:
-                continue
-            state.settle(now)
-            kind, lost = classify(before, after, self._cost)
-            state.paused_until = now + lost
-            state.rates = self.rates(state.spec, after) if after is not None else []
-            state.version += 1
-            t = state.finish_time()
-            if t is not None:
-                self._sequence += 1
-                heapq.heappush(self._heap, (t, 0, self._sequence, job_id, state.version))
-            events.append(RescaleEvent(now, job_id, before, after, kind, cost_s=lost, measured=False))
-        return events
+    def _new_job(self, spec: JobSpec, now: float) -> _Job:
+        return _Job(spec, self.trajectory(spec), since=now, paused_until=now, rate_for=lambda share: self.rates(spec, share))
 
-    def progress(self, job_id: str, now: float) -> float:
-        state = self._jobs.get(job_id)
-        if state is None:
-            return 0.0
-        return state.done if state.finished else state.progress_at(now)
+    def _change_cost(self, job_id: str, before: Share | None, after: Share | None) -> tuple[RescaleKind, float]:
+        return classify(before, after, self._cost)
 
     def noise_scale(self, job_id: str, now: float) -> float | None:
         """The job's modelled B_noise at its progress by ``now`` (only with ``report_noise``)."""
@@ -141,37 +121,6 @@ class GoodputSimExecutor:
         if not self._report_noise or state is None:
             return None
         return state.trajectory.at(self.progress(job_id, now) / state.spec.total_samples)
-
-    def _pop_stale(self) -> None:
-        while self._heap:
-            state = self._jobs[self._heap[0][3]]
-            if state.finished or state.version != self._heap[0][4]:
-                heapq.heappop(self._heap)
-            else:
-                return
-
-    def completed(self, now: float) -> list[str]:
-        done = []
-        self._pop_stale()
-        while self._heap and self._heap[0][0] <= now + EPS:
-            job_id = heapq.heappop(self._heap)[3]
-            state = self._jobs[job_id]
-            state.done, state.since, state.rates, state.finished = float(state.spec.total_samples), now, [], True
-            done.append(job_id)
-            self._pop_stale()
-        return done
-
-    def next_completion(self, now: float) -> float | None:
-        self._pop_stale()
-        return self._heap[0][0] if self._heap else None
-
-    def failed(self, now: float) -> list:
-        """A modelled job never fails (the loop's failure protocol)."""
-        return []
-
-    def in_effect(self, allocation: Allocation) -> Allocation:
-        """A modelled job always runs on what it was given."""
-        return allocation
 
 
 def simulate_goodput(

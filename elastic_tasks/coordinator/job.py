@@ -23,6 +23,7 @@ from distributed import Client, Future
 
 from elastic_tasks.board import EventKind, JobBoard, JobStatus, RankEvent
 from elastic_tasks.cluster import WorkerPool
+from elastic_tasks.devices import GPU_RESOURCE
 from elastic_tasks.coordinator.batch_change import change_batch
 from elastic_tasks.coordinator.event_pump import EventPump, Heard
 from elastic_tasks.coordinator.lifecycle import JobState, Lifecycle
@@ -260,7 +261,7 @@ class JobCoordinator:
         spec = RankSpec(self.board_id, uid, self.entrypoint, self.config, version, delay_s=self.delays.get(n, 0.0))
         self.worker_of[uid] = worker
         self.futures[uid] = self.client.submit(
-            run_rank, spec, key=f"malleable-rank-{self.board_id}-r{n}", workers=[worker], allow_other_workers=False, resources={"GPU": 1}, pure=False
+            run_rank, spec, key=f"malleable-rank-{self.board_id}-r{n}", workers=[worker], allow_other_workers=False, resources={GPU_RESOURCE: 1}, pure=False
         )
         return uid
 

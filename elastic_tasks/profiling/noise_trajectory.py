@@ -24,6 +24,7 @@ import torch
 
 from allocator.noise import NoiseTrajectory
 from elastic_tasks.rank.noise_scale import GradientNoiseProbe
+from elastic_tasks.rank.probe_schedule import SampleSchedule
 from elastic_tasks.rank.sharding import EpochSampler
 from elastic_tasks.recipe import TrainingRecipe, to_device
 
@@ -65,7 +66,8 @@ def measure_noise_trajectory(
     model = recipe.build_model().to(target)
     optimizer = recipe.make_optimizer(model.parameters(), recipe.base_lr * batch / recipe.base_batch)
     sampler = EpochSampler(len(recipe.dataset), seed)  # type: ignore[arg-type]
-    probe = GradientNoiseProbe(smoothing=0.95)
+    # Offline: every step is sampled (the trainer's probe samples every N-th; rank/probe_schedule.py).
+    probe = GradientNoiseProbe(smoothing=0.95, schedule=SampleSchedule(max_every=1))
     marks = {int(round(f * (steps - 1))): float(f) for f in np.linspace(1 / points, 1.0, points)}
     fractions, values, losses, recent = [], [], [], []
     latest = math.nan
@@ -74,6 +76,7 @@ def measure_noise_trajectory(
         indices = sampler.step_indices(step * batch, batch)
         optimizer.zero_grad(set_to_none=True)
         loss_sum = 0.0
+        probe.begin_step(model, world=1, micro_batches=-(-batch // micro))
         for a in range(0, batch, micro):
             chunk = [recipe.dataset[int(i)] for i in indices[a : a + micro]]
             loss, _ = recipe.loss(model, to_device(recipe.collate(chunk), target))

@@ -17,7 +17,7 @@ from pathlib import Path
 from distributed import Client, Future
 
 from allocator.types import AllreduceModel
-from elastic_tasks.devices import default_backend
+from elastic_tasks.devices import GPU_RESOURCE, default_backend
 from elastic_tasks.profiling.cache import ProfileCache
 from elastic_tasks.profiling.iteration_timing import trainable_params
 from elastic_tasks.profiling.settings import ProfileSettings
@@ -44,7 +44,7 @@ def worker_identity(entrypoint: str, settings: ProfileSettings) -> WorkerIdentit
 
 
 def submit_identity(client: Client, entrypoint: str, settings: ProfileSettings, resources: dict[str, float] | None = None) -> Future:
-    return client.submit(worker_identity, entrypoint, settings, resources={"GPU": 1} if resources is None else resources, pure=False)
+    return client.submit(worker_identity, entrypoint, settings, resources={GPU_RESOURCE: 1} if resources is None else resources, pure=False)
 
 
 def profile_entry_point(
@@ -87,6 +87,6 @@ def submit_profile(
         settings,
         allreduce,
         None if cache_dir is None else str(cache_dir),
-        resources={"GPU": 1} if resources is None else resources,
+        resources={GPU_RESOURCE: 1} if resources is None else resources,
         pure=False,  # timings differ run to run; the cache, not Dask, decides reuse
     )

@@ -10,12 +10,21 @@ b_small < b_big give unbiased estimates
 and B_noise = tr(Sigma) / |G|^2 (the "simple" noise scale). Each estimate is noisy, so both
 are smoothed by exponential moving averages before the ratio, as the paper advises.
 
-Where the two batch sizes come from (``GradientNoiseProbe``):
-* several ranks: small = this rank's local batch gradient (read in a DDP communication hook,
-  before the allreduce), big = the averaged global gradient after it;
-* one rank with accumulation: small = each micro-batch's gradient (difference of the
-  accumulated gradients), big = the whole step's gradient;
+Where the two batch sizes come from (``GradientNoiseProbe``), on a sampled step:
+* accumulation (any world size): small = the first micro-batch's gradient, read right after
+  its backward (it runs under ``no_sync``: the gradient is still this rank's own, and nothing
+  has been added to it yet — no copy of any gradient needed), big = the whole step's gradient;
+* several ranks, one micro-batch: small = this rank's local gradient, read by a
+  post-accumulate-grad hook on each parameter as autograd produces it (before DDP's reducer
+  copies it into its bucket), big = the averaged global gradient after the allreduce. The
+  hooks only read, and are registered on sampled steps only: DDP's allreduce is untouched;
 * one rank, one micro-batch: no second batch size, no estimate that step.
+
+What it costs (issue 26): norms are fused (``torch._foreach_norm``, float32 results, no
+float64 copies), the values stay on the device until a step later (``rank/deferred.py``: no
+host synchronisation on the step's path), and only every N-th step is sampled
+(``SampleSchedule``). Steps whose norms are not finite (an fp16 overflow that GradScaler
+skips) are left out of the averages, and norms are divided by GradScaler's loss scale.
 """
 
 from __future__ import annotations
@@ -27,6 +36,9 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+from elastic_tasks.rank.deferred import Deferred
+from elastic_tasks.rank.probe_schedule import SampleSchedule
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,8 +97,22 @@ class NoiseScaleEstimator:
         return max(t, 0.0) / g
 
 
-def _sq_norm(tensors: list[torch.Tensor]) -> float:
-    return float(sum(t.detach().double().pow(2).sum() for t in tensors)) if tensors else 0.0
+def _sq_norm(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """Sum of squares of all tensors, one fused norm kernel per dtype/device group, as a float32 0-d tensor."""
+    if not tensors:
+        return torch.zeros((), dtype=torch.float32)
+    norms = torch._foreach_norm(tensors, 2, dtype=torch.float32)
+    return torch.linalg.vector_norm(torch.stack(norms)).square()
+
+
+@dataclass(frozen=True, slots=True)
+class _Sample:
+    """A sampled step's norms on their way to the host, and what turns them into mean-gradient norms."""
+
+    norms: Deferred  # [small sum of squares, big sum of squares, loss scale]
+    b_small: float
+    b_big: float
+    grad_scale: float
 
 
 class GradientNoiseProbe:
@@ -94,16 +120,22 @@ class GradientNoiseProbe:
 
     The trainer scales each micro-batch's summed loss by ``grad_scale`` (so its gradient
     contribution is grad_scale x the sum of per-sample gradients); the probe divides that
-    back out to get mean gradients. Call ``attach`` on every new DDP wrapper, ``after_micro``
-    after each micro-batch's backward, ``finish_step`` after the last one (before the
-    optimizer step).
+    (and GradScaler's loss scale) back out to get mean gradients. Per step: ``begin_step``
+    before the first micro-batch, ``after_micro`` after each micro-batch's backward,
+    ``finish_step`` after the last one (before the optimizer step). ``attach`` installs the
+    gradient allreduce hook on a new DDP wrapper (see there).
     """
 
-    def __init__(self, smoothing: float = 0.95) -> None:
+    def __init__(self, smoothing: float = 0.95, schedule: SampleSchedule | None = None) -> None:
         self.estimator = NoiseScaleEstimator(smoothing)
-        self._local_sq: torch.Tensor | None = None
-        self._micro_sq: list[tuple[float, int]] = []
-        self._previous: list[torch.Tensor] | None = None
+        self.schedule = schedule if schedule is not None else SampleSchedule()
+        self.skipped = 0  # sampled steps left out: non-finite norms (an overflow GradScaler skipped)
+        self._pending: list[_Sample] = []
+        self._mode: str | None = None
+        self._micro = 0
+        self._small: tuple[torch.Tensor, int] | None = None
+        self._local: list[torch.Tensor] = []
+        self._handles: list[torch.utils.hooks.RemovableHandle] = []
         self._local_samples = 0
         self._grad_scale = 1.0
 
@@ -112,49 +144,91 @@ class GradientNoiseProbe:
         return self.estimator.value
 
     def attach(self, ddp: torch.nn.parallel.DistributedDataParallel, wrap: Callable[[Callable], Callable] | None = None) -> None:
-        """Read this rank's local gradient in DDP's communication hook, then allreduce as DDP would.
+        """Install DDP's gradient allreduce as a communication hook, decorated by ``wrap``.
 
-        ``wrap`` decorates the hook (the trainer's ``collective.HookWitness`` watches the allreduce).
+        The probe itself no longer reads anything here (its local norms come from read-only
+        parameter hooks); the hook exists so that ``wrap`` (the trainer's
+        ``collective.HookWitness``) sees a failed allreduce: without one, DDP's C++ allreduce
+        fails from inside autograd's engine, where a dead peer cannot be told from the
+        recipe's own backward error (measured with torch 2.13, gloo). ``allreduce_hook`` is
+        DDP's own default: divide by the world size, one async allreduce per bucket.
         """
+        if wrap is None:
+            return
         group = ddp.process_group if hasattr(ddp, "process_group") else dist.group.WORLD
 
         # Unannotated on purpose: DDP checks hook annotations, which this module's postponed
         # annotations would turn into strings.
         def hook(state, bucket):  # type: ignore[no-untyped-def]
-            sq = bucket.buffer().detach().double().pow(2).sum()
-            self._local_sq = sq if self._local_sq is None else self._local_sq + sq
             return allreduce_hook(group, bucket)
 
-        ddp.register_comm_hook(None, hook if wrap is None else wrap(hook))
+        ddp.register_comm_hook(None, wrap(hook))
 
-    def _grads(self, model: torch.nn.Module) -> list[torch.Tensor]:
+    @staticmethod
+    def _grads(model: torch.nn.Module) -> list[torch.Tensor]:
         return [p.grad for p in model.parameters() if p.grad is not None]
+
+    def begin_step(self, model: torch.nn.Module, world: int, micro_batches: int) -> bool:
+        """Decide whether this step is sampled, and how; returns whether it is."""
+        for handle in self._handles:  # left by a step that failed half-way (a collective failure)
+            handle.remove()
+        self._handles = []
+        self._micro, self._small, self._local, self._local_samples = 0, None, [], 0
+        self._mode = None
+        if not self.schedule.due():
+            return False
+        if micro_batches > 1:
+            self._mode = "first_micro"
+        elif world > 1:
+            self._mode = "local_hooks"
+            local = self._local
+            # Runs as autograd accumulates each parameter's gradient, before DDP's reducer (a post
+            # hook of the same node) copies it for the allreduce: this rank's own gradient.
+            self._handles = [
+                p.register_post_accumulate_grad_hook(lambda p: local.append(torch.linalg.vector_norm(p.grad, dtype=torch.float32)))
+                for p in model.parameters()
+                if p.requires_grad
+            ]
+        return self._mode is not None
 
     def after_micro(self, model: torch.nn.Module, samples: int, grad_scale: float, world: int) -> None:
         """Record one micro-batch of ``samples`` whose backward used loss scale ``grad_scale``."""
+        if self._mode == "first_micro" and self._micro == 0:
+            self._small = (_sq_norm(self._grads(model)), samples)
+        self._micro += 1
         self._local_samples += samples
         self._grad_scale = grad_scale
-        if world > 1:
-            return  # the local batch is the small batch; read in the hook
-        grads = self._grads(model)
-        previous = self._previous
-        diff = grads if previous is None else [g - p for g, p in zip(grads, previous)]
-        self._micro_sq.append((_sq_norm(diff) / (grad_scale * samples) ** 2, samples))
-        self._previous = [g.detach().clone() for g in grads]
 
-    def finish_step(self, model: torch.nn.Module, global_batch: int, world: int) -> float | None:
-        """Update the estimate with this step's gradients; returns the smoothed B_noise (or None)."""
-        big_sq = _sq_norm(self._grads(model))  # after DDP: the global mean gradient
-        try:
-            if world > 1 and self._local_sq is not None and self._local_samples < global_batch:
-                local = self._local_samples
-                small_sq = float(self._local_sq) / (self._grad_scale * local) ** 2
-                return self.estimator.update(noise_terms(small_sq, local, big_sq, global_batch))
-            if world == 1 and len(self._micro_sq) > 1:
-                # Micro-batches may differ by one sample; their mean size is the small batch.
-                small_sq = sum(sq for sq, _ in self._micro_sq) / len(self._micro_sq)
-                b_small = sum(n for _, n in self._micro_sq) / len(self._micro_sq)
-                return self.estimator.update(noise_terms(small_sq, b_small, big_sq, global_batch))
-            return self.estimator.value
-        finally:
-            self._local_sq, self._micro_sq, self._previous, self._local_samples = None, [], None, 0
+    def finish_step(self, model: torch.nn.Module, global_batch: int, world: int, loss_scale: torch.Tensor | float | None = None) -> float | None:
+        """Queue this step's norms (if sampled), fold in those that reached the host; returns the smoothed B_noise (or None)."""
+        mode, self._mode = self._mode, None
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        small: tuple[torch.Tensor, int] | None = None
+        if mode == "first_micro":
+            small = self._small
+        elif mode == "local_hooks" and self._local and self._local_samples < global_batch:
+            small = (torch.linalg.vector_norm(torch.stack(self._local)).square(), self._local_samples)
+        if small is not None and 0 < small[1] < global_batch:
+            big = _sq_norm(self._grads(model))
+            scale = loss_scale if isinstance(loss_scale, torch.Tensor) else torch.tensor(1.0 if loss_scale is None else float(loss_scale))
+            values = torch.stack([small[0].to(big.device), big, scale.detach().reshape(()).float().to(big.device)])
+            self._pending.append(_Sample(Deferred(values), small[1], global_batch, self._grad_scale))
+        self._small, self._local = None, []
+        self._drain()
+        return self.estimator.value
+
+    def _drain(self) -> None:
+        """Fold in the samples whose values reached the host (on the CPU: all of them, at once)."""
+        while self._pending and self._pending[0].norms.ready():
+            sample = self._pending.pop(0)
+            small_sq, big_sq, loss_scale = sample.norms.values()
+            small_sq /= (loss_scale * sample.grad_scale * sample.b_small) ** 2
+            big_sq /= loss_scale**2
+            if not (math.isfinite(small_sq) and math.isfinite(big_sq)):
+                self.skipped += 1  # an overflow: GradScaler skips this step, and so do the averages
+                continue
+            terms = noise_terms(small_sq, sample.b_small, big_sq, sample.b_big)
+            self.estimator.update(terms)
+            self.schedule.observe(terms.grad_sq, terms.trace, self.estimator.grad_sq, self.estimator.trace)

@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from elastic_tasks.protocol import check_batch
+
 
 @dataclass(frozen=True, slots=True)
 class LRRamp:
@@ -55,13 +57,6 @@ def rescale_lr(current: LRRamp, step: int, old_batch: int, new_batch: int, ramp_
     if new_batch == old_batch:
         return current
     return LRRamp(current.at(step), current.target * new_batch / old_batch, begin=step, steps=ramp_steps)
-
-
-def check_batch(global_batch: int, world_size: int = 1) -> None:
-    if not (isinstance(global_batch, int) and not isinstance(global_batch, bool) and global_batch >= 1):
-        raise ValueError(f"global_batch={global_batch!r}: must be a positive integer")
-    if global_batch < world_size:
-        raise ValueError(f"global_batch={global_batch!r}: must be >= world_size={world_size} so every rank gets a sample")
 
 
 def accumulation_steps(global_batch: int, world_size: int, max_batch_per_gpu: int | None) -> int:

@@ -152,49 +152,22 @@ class ElasticState:
     # -- disk ------------------------------------------------------------------------------
 
     def save(self, directory: str | os.PathLike[str]) -> Path | str:
-        """Write atomically: a crash (or a reader on another pod) never sees half a checkpoint.
+        """Write atomically (``write_checkpoint``); the step loop saves through ``rank/checkpoint_writer.py`` instead."""
+        return write_checkpoint(directory, self.snapshot())
 
-        ``directory`` is a local path (a mounted volume included) or an fsspec URL
-        (``s3://bucket/run``, ``memory://…``), so a rank on another pod and the flow can read
-        what this rank wrote. Local: temp file, fsync, rename. Elsewhere: one whole-object
-        write, which object stores make visible all at once (they have no rename).
-        """
+    def snapshot(self) -> dict[str, object]:
+        """The checkpoint payload, every tensor copied to host memory: later steps may change the live ones."""
         self.capture_rng()
-        payload = {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+        payload: dict[str, object] = {
+            "model": _to_host(self.model.state_dict()),
+            "optimizer": _to_host(self.optimizer.state_dict()),
             "meta": _meta_to_dict(self.meta),
         }
         if (scaler_state := self._scaler_state()) is not None:
-            payload["scaler"] = scaler_state
+            payload["scaler"] = _to_host(scaler_state)
         if (scheduler_state := self._scheduler_state()) is not None:
-            payload["scheduler"] = scheduler_state
-        fs, root = _filesystem(directory)
-        if not _is_local(fs):
-            buffer = io.BytesIO()
-            torch.save(payload, buffer)
-            fs.makedirs(root, exist_ok=True)
-            target = f"{root}/{CHECKPOINT_NAME}"
-            fs.pipe_file(target, buffer.getvalue())
-            meta_buffer = io.BytesIO()
-            torch.save(payload["meta"], meta_buffer)
-            fs.pipe_file(f"{root}/{META_NAME}", meta_buffer.getvalue())
-            return _unstrip(directory, fs, target)
-        local = Path(root)
-        local.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=local, prefix=".state-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                torch.save(payload, f)
-                f.flush()
-                os.fsync(f.fileno())
-            target_path = local / CHECKPOINT_NAME
-            os.replace(tmp, target_path)
-            _write_local_atomic(local, META_NAME, payload["meta"])
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return target_path
+            payload["scheduler"] = _to_host(scheduler_state)
+        return payload
 
     def load(self, directory: str | os.PathLike[str]) -> None:
         if not has_checkpoint(directory):
@@ -206,6 +179,55 @@ class ElasticState:
         self.restore_rng()
         self._load_scaler(payload.get("scaler"))
         self._load_scheduler(payload.get("scheduler"))
+
+
+def write_checkpoint(directory: str | os.PathLike[str], payload: dict[str, object]) -> Path | str:
+    """Write a ``snapshot()`` atomically: a crash (or a reader on another pod) never sees half a checkpoint.
+
+    ``directory`` is a local path (a mounted volume included) or an fsspec URL
+    (``s3://bucket/run``, ``memory://…``), so a rank on another pod and the flow can read
+    what this rank wrote. Local: temp file, fsync, rename. Elsewhere: one whole-object
+    write, which object stores make visible all at once (they have no rename).
+    """
+    fs, root = _filesystem(directory)
+    if not _is_local(fs):
+        buffer = io.BytesIO()
+        torch.save(payload, buffer)
+        fs.makedirs(root, exist_ok=True)
+        target = f"{root}/{CHECKPOINT_NAME}"
+        fs.pipe_file(target, buffer.getvalue())
+        meta_buffer = io.BytesIO()
+        torch.save(payload["meta"], meta_buffer)
+        fs.pipe_file(f"{root}/{META_NAME}", meta_buffer.getvalue())  # second: read_meta trusts a newer sidecar only
+        return _unstrip(directory, fs, target)
+    local = Path(root)
+    local.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=local, prefix=".state-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        target_path = local / CHECKPOINT_NAME
+        os.replace(tmp, target_path)
+        _write_local_atomic(local, META_NAME, payload["meta"])  # second: read_meta trusts a newer sidecar only
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target_path
+
+
+def _to_host(obj: object) -> object:
+    """A deep copy whose tensors live in host memory (a state_dict's tensors alias the live ones)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: _to_host(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_to_host(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(_to_host(v) for v in obj)
+    return obj
 
 
 def buckets(tensors: Iterable[torch.Tensor]) -> list[list[torch.Tensor]]:

@@ -32,6 +32,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from elastic_tasks.rank import step as steps
 from elastic_tasks.rank.agreement import Agreed, Agreement, StepOutcome
+from elastic_tasks.rank.checkpoint_writer import CheckpointWriter
+from elastic_tasks.rank.step_clock import LocalClock
 from elastic_tasks.board import EventKind, JobBoard, JobStatus, RankEvent
 from elastic_tasks.rank.collective import CollectiveFailure, HookWitness, collective
 from elastic_tasks.rank.plan_watcher import Courier as _Courier
@@ -58,6 +60,7 @@ from elastic_tasks.rank.scaling import accumulation_steps, initial_lr, micro_bat
 from elastic_tasks.rank.sharding import EpochSampler, rank_slice
 from elastic_tasks.rank.state import ElasticState, TrainMeta, has_checkpoint, read_meta
 from elastic_tasks.rank.straggler import StragglerDetector
+from elastic_tasks.rank.wall_split import Phase, WallTimeline
 from elastic_tasks.coordinator.timeouts import RECOVERY_POLL_S, plan_wait_s
 
 log = logging.getLogger(__name__)
@@ -83,6 +86,8 @@ def run_rank(spec: RankSpec) -> RankResult:
 
 class _Rank:
     def __init__(self, spec: RankSpec, board: JobBoard) -> None:
+        t_created = time.time()
+        self.wall = WallTimeline()  # where this rank's wall time goes (allocator.wall_split)
         self.spec = spec
         self.config = spec.config
         self.board = board
@@ -116,9 +121,12 @@ class _Rank:
         self.agreement: Agreement | None = None  # this generation's end-of-step agreements
         self.noise = GradientNoiseProbe()  # gradient noise scale for goodput (issue 14)
         self.witness = HookWitness()  # tells a failed gradient allreduce from the recipe's own errors
+        self.checkpoints = CheckpointWriter()  # rank 0's periodic checkpoints, off the step loop
+        self.local_clock = LocalClock(self.device)  # straggler timing: CUDA events on a GPU
         # Frees a data-plane collective that a lost peer left hanging (nccl); rank/hang_watch.py.
         abort = abort_communicators if self.backend == "nccl" else (lambda: None)  # gloo cannot abort in flight
         self.watch = HangWatch(board.aborted_generation, self.config.data_timeout_s, abort=abort, simulate_hang=simulate_hang_requested())
+        self.wall.record(Phase.START, t_created, time.time())
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -130,20 +138,23 @@ class _Rank:
         self.watch.start()
         try:
             self.board.post(RankEvent(EventKind.READY, self.spec.uid, self.spec.join_version, 0))
-            plan = self.board.plan(self.spec.join_version, timeout=plan_wait_s(self.config))
+            with self.wall.phase(Phase.WAITING):
+                plan = self.board.plan(self.spec.join_version, timeout=plan_wait_s(self.config))
             t_stop = time.time()
             while True:
                 if plan.kind in (PlanKind.STOP, PlanKind.CHECKPOINT_STOP) or self.spec.uid not in plan.members:
                     return self._leave(plan, t_stop)
                 try:
-                    self._enter(plan, t_stop)
+                    with self.wall.phase(Phase.START if self.plan is None else Phase.REGROUP):
+                        self._enter(plan, t_stop)
                     plan = self._train_until_switch()
                     t_stop = time.time()
                     if plan is None:
                         return self._finish()
                 except CollectiveFailure as exc:
                     t_stop = time.time()
-                    plan = self._recover(exc)
+                    with self.wall.phase(Phase.WAITING):
+                        plan = self._recover(exc)
                     if plan is None:
                         return self._result(RankExit.LEFT)
         finally:
@@ -169,11 +180,13 @@ class _Rank:
         self.agreement = Agreement(self.rank, self.world)
         with collective(f"rendezvous of generation {plan.version}"):
             self._form_group(plan)
-        if plan.source == FROM_CHECKPOINT:
-            self.state.load(self.config.checkpoint_dir)  # type: ignore[arg-type]
-        elif plan.source is not None:
-            with self.watch.data_plane(plan.version, "state broadcast"), collective(f"state broadcast of generation {plan.version}"):
-                self.state.broadcast(src=plan.members.index(plan.source), chunk_bytes=self.config.broadcast_chunk_mb * 2**20)
+        with self.wall.phase(Phase.STATE_TRANSFER):
+            if plan.source == FROM_CHECKPOINT:
+                self.checkpoints.wait()
+                self.state.load(self.config.checkpoint_dir)  # type: ignore[arg-type]
+            elif plan.source is not None:
+                with self.watch.data_plane(plan.version, "state broadcast"), collective(f"state broadcast of generation {plan.version}"):
+                    self.state.broadcast(src=plan.members.index(plan.source), chunk_bytes=self.config.broadcast_chunk_mb * 2**20)
         self._apply_batch(plan)
         self._open_loader()
         with collective(f"DDP set-up of generation {plan.version}"):  # it checks parameter shapes across ranks
@@ -228,8 +241,11 @@ class _Rank:
                 dist.destroy_process_group()
 
     def _leave(self, plan: Plan, t_stop: float) -> RankResult:
+        with self.wall.phase(Phase.CHECKPOINT):
+            self.checkpoints.wait()  # what the loop saved is on disk before anyone is told it stopped
         if plan.kind == PlanKind.CHECKPOINT_STOP and self.rank == 0 and self.plan is not None:
-            self.state.save(self.config.checkpoint_dir)  # type: ignore[arg-type]
+            with self.wall.phase(Phase.CHECKPOINT):
+                self.state.save(self.config.checkpoint_dir)  # type: ignore[arg-type]
         if self.rank == 0 and self.plan is not None and plan.kind in (PlanKind.STOP, PlanKind.CHECKPOINT_STOP):
             self.board.post(RankEvent(EventKind.STOPPED, self.spec.uid, plan.version, self.state.meta.step, time=t_stop))
         self._drop_group()
@@ -239,11 +255,15 @@ class _Rank:
         evaluating = self.config.evaluate and self.recipe.eval_dataset is not None
         # Sharded: every rank takes part, so while the group lives; else rank 0 alone, after it.
         evaluation = self._evaluate() if evaluating and self.recipe.eval_sharded else None
-        self._drop_group()
+        with self.wall.phase(Phase.REGROUP):
+            self._drop_group()
+        with self.wall.phase(Phase.CHECKPOINT):
+            self.checkpoints.wait()
         if self.rank == 0:
             self.state.meta = dataclasses.replace(self.state.meta, finished=True)
             if self.config.checkpoint_dir is not None:
-                self.state.save(self.config.checkpoint_dir)
+                with self.wall.phase(Phase.CHECKPOINT):
+                    self.state.save(self.config.checkpoint_dir)
             if evaluating and not self.recipe.eval_sharded:
                 evaluation = self._evaluate()
             self.courier.flush()
@@ -251,7 +271,8 @@ class _Rank:
         return self._result(RankExit.FINISHED, evaluation if self.rank == 0 else None)
 
     def _evaluate(self) -> EvalResult:
-        return self.evaluation.run(self.state, self.rank, self.world)
+        with self.wall.phase(Phase.EVALUATION):
+            return self.evaluation.run(self.state, self.rank, self.world)
 
     def _recover(self, exc: BaseException) -> Plan | None:
         """Report the failure and wait for the coordinator's recovery plan (or none: leave)."""
@@ -289,18 +310,22 @@ class _Rank:
         so the loop drains the one in flight before it switches generation or finishes.
         """
         while not self._done():
-            with self.watch.data_plane(self.plan.version if self.plan else -1, f"step {self.state.meta.step}"):
+            with self.wall.phase(Phase.STEPS), self.watch.data_plane(self.plan.version if self.plan else -1, "a training step"):
                 plan = self._agree(self._step())
             cfg = self.config
             if cfg.checkpoint_every and self.rank == 0 and self.state.meta.step % cfg.checkpoint_every == 0:
-                self.state.save(cfg.checkpoint_dir)  # type: ignore[arg-type]
+                with self.wall.phase(Phase.CHECKPOINT):  # the snapshot to host memory; the write runs behind
+                    self.checkpoints.save(self.state, cfg.checkpoint_dir)  # type: ignore[arg-type]
             if plan is not None:
-                self._settle()
+                with self.wall.phase(Phase.STEPS):
+                    self._settle()
                 if plan.kind == PlanKind.BATCH and self.plan is not None and plan.members == self.plan.members:
-                    self._switch_batch(plan)  # same group: no regroup (coordinator.batch_change)
+                    with self.wall.phase(Phase.REGROUP):
+                        self._switch_batch(plan)  # same group: no regroup (coordinator.batch_change)
                     continue
                 return plan
-        self._settle()  # the job is done: a plan that arrives with the last agreement is moot
+        with self.wall.phase(Phase.STEPS):
+            self._settle()  # the job is done: a plan that arrives with the last agreement is moot
         return None
 
     def _switch_batch(self, plan: Plan) -> None:
@@ -333,8 +358,11 @@ class _Rank:
         # DDP averages gradients over ranks; scaling the local sum by world/batch makes the
         # update sum(all losses)/global_batch whatever the split.
         scale = self.world / batch
-        loss_sum = correct = 0.0
-        t_local, local_time = time.perf_counter(), 0.0
+        # Loss and hits add up on the device and are read once, after the step (no sync per micro-batch).
+        loss_sum = correct = torch.zeros((), dtype=torch.float32, device=self.device)
+        self.local_clock.start()
+        if self.config.noise_probe:
+            self.noise.begin_step(ddp.module, self.world, len(chunks))
         if self.spec.delay_s:
             time.sleep(self.spec.delay_s)
         for i, (a, b) in enumerate(chunks):
@@ -346,18 +374,21 @@ class _Rank:
                 n = b - a
                 if last:
                     # Local work ends where the gradient allreduce (waiting for peers) begins.
-                    local_time = time.perf_counter() - t_local
+                    self.local_clock.stop()
                 steps.backward(loss.float() * (n * scale), scaler)
                 self.noise.after_micro(ddp.module, n, scale, self.world)
-            loss_sum += float(loss.detach()) * n
-            correct += float(hits) if hits is not None else 0.0
-        self.noise.finish_step(ddp.module, batch, self.world)
+            loss_sum = loss_sum + loss.detach().float() * n
+            if hits is not None:
+                correct = correct + (hits.detach().float() if isinstance(hits, torch.Tensor) else float(hits))
+        # GradScaler's scale as a tensor: the probe divides it out on the device, without reading it.
+        self.noise.finish_step(ddp.module, batch, self.world, loss_scale=getattr(scaler, "_scale", None) if scaler is not None else None)
         with lrs.scaled_lrs(self.state.optimizer, lr_factor) as applied:
             steps.optimizer_step(self.state.optimizer, self.state.model, scaler, recipe.clip_grad_norm)
         lrs.after_step(self.state.scheduler)
         self.state.meta = dataclasses.replace(meta, step=meta.step + 1, samples_seen=meta.samples_seen + batch)
-        throughput = len(local) / max(local_time, 1e-9)
+        throughput = len(local) / max(self.local_clock.seconds(), 1e-9)
         clock = self.evaluation.schedule.clock() if self.rank == 0 else 0.0
+        loss_sum, correct = torch.stack([loss_sum, correct]).tolist()  # the step's one read of its loss
         return StepOutcome(meta.step, loss_sum, correct, len(local), throughput, batch, applied[0], t0, cpu0, applied, clock)
 
     def _agree(self, outcome: StepOutcome) -> Plan | None:
@@ -366,7 +397,9 @@ class _Rank:
         agreed = self.agreement.issue(outcome, self.courier.seen_version, self.noise.value)
         if agreed is not None:
             self._record(agreed)
-        if (result := self.evaluation.if_due(self.state, self.rank, self.world, agreed, self._done())) is not None:
+        with self.wall.phase(Phase.EVALUATION):
+            result = self.evaluation.if_due(self.state, self.rank, self.world, agreed, self._done())
+        if result is not None:
             self.records.evals.append(result)
         return None if agreed is None else self._next_plan(agreed.newest_version)
 
@@ -412,4 +445,4 @@ class _Rank:
             )
 
     def _result(self, exit_: RankExit, evaluation: EvalResult | None = None) -> RankResult:
-        return self.records.result(self.spec.uid, exit_, self.state.meta, evaluation)
+        return dataclasses.replace(self.records.result(self.spec.uid, exit_, self.state.meta, evaluation), wall=self.wall.snapshot())

@@ -10,6 +10,12 @@ Adding a command is one row in ``COMMANDS``.
 from __future__ import annotations
 
 import importlib
+import sys
+
+from flows.commands import stop_latch
+
+# Before click and typer are imported: `malleable serve` handles SIGTERM from its first instant.
+stop_latch.arm(sys.argv)
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -41,8 +47,8 @@ COMMANDS: tuple[LazyCommand, ...] = (
     LazyCommand("ui", "flows.commands.ui:ui", "Print the commands that open the MLflow and Prefect UIs for this project's settings."),
     LazyCommand("hpo", "flows.commands.hpo:app", "Deadline-constrained, cost-minimising plans for successive-halving HPO (seed 001)."),
     LazyCommand("serve", "flows.commands.service:serve", "Run the scheduler service until stopped (Ctrl-C / SIGTERM: running jobs checkpoint, the next service resumes them)."),
-    LazyCommand("submit", "flows.commands.service:submit", "Submit one job (from flags) or a jobs file's jobs to the service; prints the job ids."),
-    LazyCommand("jobs", "flows.commands.service:jobs", "The service's jobs: state, GPUs, batch, progress, ETA."),
+    LazyCommand("submit", "flows.commands.submit:submit", "Submit one job (from flags) or a jobs file's jobs to the service; prints the job ids."),
+    LazyCommand("jobs", "flows.commands.service:jobs", "The service's jobs: state, GPUs, batch, progress, ETA (with --generations: predicted vs measured samples/s)."),
     LazyCommand("cancel", "flows.commands.service:cancel", "Cancel jobs: a queued one at once, a running one when the service stops it."),
     LazyCommand("wait", "flows.commands.service:wait", "Wait until the jobs end; exit 0 only if all finished."),
 )

@@ -84,3 +84,22 @@ def print_ui_hint() -> None:
     console.print("\n[bold]Look at it:[/]")
     for what, command in ui_commands(settings_or_fail()):
         console.print(f"  {what}: {command}", soft_wrap=True, highlight=False, markup=False)
+
+
+def store_or_fail(settings: Settings, *, create: bool = True):
+    """The job store of ``settings``; a bad URL (or ``:memory:``) exits 2 naming it, an
+    unreachable store 1. With ``create=False`` a missing store raises StoreMissingError
+    (read-only commands never create one) and nothing is written."""
+    from service.store import JobStore, StoreError, StoreMissingError, StorePermissionError, StoreSettingError, in_memory, redact
+
+    url = settings.resolved_job_store
+    if in_memory(url):
+        fail(f"MALLEABLE_JOB_STORE={redact(url)!r}: an in-memory store ends with this command and its jobs with it; give a file (sqlite:///path/jobs.db) or a server")
+    try:
+        return JobStore(url, create=create)
+    except StoreMissingError:
+        raise  # the read-only caller says what a missing store means for it
+    except (StoreSettingError, StorePermissionError) as exc:
+        fail(f"MALLEABLE_JOB_STORE: {exc}")
+    except StoreError as exc:
+        fail(str(exc), code=EXIT_FAILED)

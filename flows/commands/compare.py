@@ -64,6 +64,8 @@ def compare(
         fail(f"last={last}: must be >= 1")
     try:
         check_run_ids(run_ids or [])
+        if out.is_dir():
+            raise ValueError(f"--out={str(out)!r}: is a directory; give the plot's file name (e.g. {str(out / 'compare.png')!r})")
         if png_path(out).suffix.lower() not in _FORMATS:
             raise ValueError(f"--out={str(out)!r}: the plot is written as {', '.join(sorted(_FORMATS))}; give one of those suffixes")
         check_output_file(png_path(out), "--out")

@@ -37,13 +37,20 @@ class _Verbosity:
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     """Print one red line (no traceback unless ``-v``) and exit with ``code``."""
     # Escaped: a message that names ``TrainingRecipe[name].field`` must not read as rich markup.
-    err_console.print(f"[bold red]error:[/] {escape(message)}", markup=True, highlight=False, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {escape(message)}", markup=True, highlight=False, soft_wrap=True, emoji=False)
     handled = sys.exc_info()[1]
     if _Verbosity.tracebacks and handled is not None:
         # The user's own exception (an EntryPointError keeps it as its cause), else the one handled.
         shown = handled.__cause__ or handled
         err_console.print("".join(traceback.format_exception(shown)), markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+def print_raw(text: str) -> None:
+    """``text`` on stdout as is: tab-separated lines stay tab-separated (rich would expand the
+    tabs to spaces and break ``cut -f1``)."""
+    sys.stdout.write(text)
+    sys.stdout.flush()
 
 
 def warn(message: str) -> None:

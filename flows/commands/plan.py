@@ -84,6 +84,10 @@ def plan(
             fail("gpus: not given; pass --gpus N or set 'gpus' in the jobs file")
         if capacity <= 0:
             fail(f"gpus={capacity}: must be a positive integer")
+        for job in spec.jobs:
+            if job.min_gpus > capacity:
+                # It would show as "queued" for ever: it can never run on this cluster.
+                fail(f"{jobs_file}: job {job.id!r}.min_gpus={job.min_gpus}: more than the cluster's gpus={capacity}; it can never run")
         chosen = make_policy(policy or spec.policy or "elastic_dp")
         result = make_plan(spec.jobs, capacity, chosen)
     except UnknownPolicyError as exc:

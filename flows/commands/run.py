@@ -28,6 +28,11 @@ def run(
         spec = load_jobs_file(jobs_file)
         if policy is not None:
             make_policy(policy)
+        chosen = policy or spec.policy or settings.policy
+        if chosen.startswith("idle_nodes"):
+            # The loop's cluster is a GPU count; idle-node policies place jobs on named nodes.
+            flag = "--policy" if policy is not None else f"{jobs_file}: policy"
+            fail(f"{flag}={chosen!r}: idle-node policies need node names, which `run` does not have; replay a node trace with `malleable idle-nodes` or `simulate TRACE -p {chosen}`")
         if not simulate:
             from flows.cluster_flow import check_trainable
 

@@ -6,6 +6,9 @@ import time
 from typing import TYPE_CHECKING
 
 from rich.table import Table
+from rich.text import Text
+
+from service.display import shown
 
 if TYPE_CHECKING:
     from flows.recording.record import JobOutcome
@@ -41,5 +44,22 @@ def jobs_table(rows):
     for col, just in (("id", "left"), ("name", "left"), ("state", "left"), ("gpus", "right"), ("batch", "right"), ("progress", "right"), ("eta", "right")):
         table.add_column(col, justify=just, no_wrap=True)
     for r in rows:
-        table.add_row(r.id, r.name[:20], r.state.value, str(r.gpus), str(r.batch), f"{100 * r.progress:.0f}%", _eta(r))
+        # A name is a submitter's free text: control characters escaped, no rich markup, bounded.
+        table.add_row(r.id, Text(shown(r.name, 24)), r.state.value, str(r.gpus), str(r.batch), f"{100 * r.progress:.0f}%", _eta(r))
+    return table
+
+
+def _rate(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.0f}"
+
+
+def generations_table(job_id: str, allocations) -> Table:
+    """One job's generations: when, GPUs x batch, how, and the samples/s predicted when decided vs measured."""
+    table = Table(title=f"{job_id}: generations", box=None, pad_edge=False)
+    for col in ("time", "gpus", "batch", "kind", "predicted samples/s", "measured samples/s"):
+        table.add_column(col, justify="left" if col in ("time", "kind") else "right", no_wrap=True)
+    for a in allocations:
+        if a.gpus == 0:
+            continue
+        table.add_row(time.strftime("%H:%M:%S", time.localtime(a.time)), str(a.gpus), str(a.batch), a.kind, _rate(a.predicted_samples_per_s), _rate(a.measured_samples_per_s))
     return table

@@ -64,6 +64,10 @@ class Settings(BaseSettings):
     job_store: str | None = Field(None, description="The scheduler service's job store, any SQLAlchemy URL (default: sqlite:///<state_dir>/jobs.db).")
     react: bool = Field(True, description="The service re-allocates at once on each submission, completion and worker change (else every Δ).")
     service_poll_s: float = Field(0.2, gt=0, le=60, description="How often the service looks at the job store for submissions and cancels.")
+    allowed_entrypoints: str | None = Field(
+        None,
+        description="Comma-separated module patterns (fnmatch, e.g. 'elastic_tasks.*,team_models.*') of the entry points the service will run; unset: any.",
+    )
     checkpoint_every: int = Field(20, ge=1, description="Service jobs checkpoint every this many steps (what a restart resumes from).")
     gloo_socket_ifname: str | None = Field(None, description="Network interface gloo binds and connects on in multi-node jobs (GLOO_SOCKET_IFNAME on the workers), e.g. eth0.")
     nccl_socket_ifname: str | None = Field(None, description="Network interface nccl bootstraps on in multi-node jobs (NCCL_SOCKET_IFNAME on the workers), e.g. eth0 or ib0.")

@@ -69,10 +69,12 @@ class MeasuredJob:
     eval_metrics: tuple[tuple[str, float], ...] = ()  # the recipe's own, logged as eval_<name>
     loss: float | None = None
     rescale_pause_s_mean: float | None = None
+    wall_split: tuple[tuple[str, float], ...] = ()  # where its wall time went (allocator.wall_split), logged as wall_<part>
 
     def final_values(self) -> dict[str, float]:
         """Metric name -> end value, named as a service job's (``service.job_metrics``)."""
-        return final_values(self.steps, self.samples_seen, self.accuracy, self.eval_loss, self.eval_metrics, self.loss, self.rescale_pause_s_mean)
+        values = final_values(self.steps, self.samples_seen, self.accuracy, self.eval_loss, self.eval_metrics, self.loss, self.rescale_pause_s_mean)
+        return values | {f"wall_{k}": v for k, v in self.wall_split}
 
 
 @dataclass(frozen=True, slots=True)
