@@ -50,8 +50,12 @@ SIMULATE_HANG_ENV = "MALLEABLE_SIMULATE_NCCL_HANG"
 # How often the watch looks at the region in progress: the detection delay it adds.
 POLL_S = 0.2
 # A region younger than this is not asked about on the board: most steps end first, and the
-# board is a round trip to the scheduler. Far below any control-plane timeout.
-SUSPECT_AFTER_S = 0.5
+# board is a round trip to the scheduler (through the worker's event loop, shared with the
+# rank's own traffic). Far below any control-plane timeout.
+SUSPECT_AFTER_S = 1.0
+# The board is asked at most this often per rank while a region lasts (3 ranks on a loaded
+# 2-core box made the scheduler busier at 5 requests per second each).
+ASK_EVERY_S = 1.0
 
 
 def configure_nccl_error_mode(backend: str) -> None:
@@ -130,6 +134,7 @@ class HangWatch:
                 self._region = None
 
     def _run(self) -> None:
+        last_asked = 0.0
         while not self._stop.wait(self.poll_s):
             with self._lock:
                 region = self._region
@@ -139,7 +144,8 @@ class HangWatch:
             age = time.monotonic() - t0
             if age >= self.data_timeout_s:
                 self._fire(region, f"{what} outlived the data-plane timeout ({self.data_timeout_s:g} s)")
-            elif age >= SUSPECT_AFTER_S:
+            elif age >= SUSPECT_AFTER_S and time.monotonic() - last_asked >= ASK_EVERY_S:
+                last_asked = time.monotonic()
                 try:
                     lost = self.lost_generation()
                 except Exception:  # noqa: BLE001 - the scheduler is briefly unreachable: ask again next poll
