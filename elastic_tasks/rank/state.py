@@ -190,31 +190,18 @@ def write_checkpoint(directory: str | os.PathLike[str], payload: dict[str, objec
     write, which object stores make visible all at once (they have no rename).
     """
     fs, root = _filesystem(directory)
+    # The metadata sidecar is written second: read_meta trusts it only when it is the newer file.
     if not _is_local(fs):
-        buffer = io.BytesIO()
-        torch.save(payload, buffer)
         fs.makedirs(root, exist_ok=True)
         target = f"{root}/{CHECKPOINT_NAME}"
-        fs.pipe_file(target, buffer.getvalue())
-        meta_buffer = io.BytesIO()
-        torch.save(payload["meta"], meta_buffer)
-        fs.pipe_file(f"{root}/{META_NAME}", meta_buffer.getvalue())  # second: read_meta trusts a newer sidecar only
+        _pipe(fs, target, payload)
+        _pipe(fs, f"{root}/{META_NAME}", payload["meta"])
         return _unstrip(directory, fs, target)
     local = Path(root)
     local.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=local, prefix=".state-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
-        target_path = local / CHECKPOINT_NAME
-        os.replace(tmp, target_path)
-        _write_local_atomic(local, META_NAME, payload["meta"])  # second: read_meta trusts a newer sidecar only
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target_path
+    _write_local_atomic(local, CHECKPOINT_NAME, payload)
+    _write_local_atomic(local, META_NAME, payload["meta"])
+    return local / CHECKPOINT_NAME
 
 
 def _to_host(obj: object) -> object:
@@ -274,8 +261,16 @@ def read_checkpoint(directory: str | os.PathLike[str]) -> dict:
         return torch.load(io.BytesIO(f.read()), map_location="cpu", weights_only=True)
 
 
+def _pipe(fs: fsspec.AbstractFileSystem, path: str, obj: object) -> None:
+    """One whole-object write: object stores make it visible all at once."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    fs.pipe_file(path, buffer.getvalue())
+
+
 def _write_local_atomic(local: Path, name: str, obj: object) -> None:
-    fd, tmp = tempfile.mkstemp(dir=local, prefix=".meta-", suffix=".tmp")
+    """Temp file, fsync, rename: a crash never leaves half of ``name``, nor a temp file behind."""
+    fd, tmp = tempfile.mkstemp(dir=local, prefix=f".{Path(name).stem}-", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             torch.save(obj, f)
