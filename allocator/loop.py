@@ -12,11 +12,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from enum import Enum
 
 from allocator.admission import OverflowMode, admit, reallocate
 from allocator.execution import Clock, Executor, reported_measurements, reported_noise_scale, reported_profile, waiting_starts
 from allocator.goodput import NoiseModel
+from allocator.lifecycle import JobState
 from allocator.measured import TrustSettings, Value, goodput_value, rate_value, trust_measurements, would_revert
 from allocator.policies.base import Policy
 from allocator.sources import EPS, JobSource, StaticJobs
@@ -58,24 +58,13 @@ class ScheduleRow:
     accum_steps: int = 1
 
 
-class JobPhase(str, Enum):
-    """Where a job is in the loop: what a service records as each job's state."""
-
-    QUEUED = "queued"
-    RUNNING = "running"
-    FINISHED = "finished"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    DROPPED = "dropped"
-
-
 @dataclass(frozen=True, slots=True)
 class JobTransition:
     """A job entered ``phase`` at ``time`` (``detail``: why it failed or was dropped)."""
 
     time: float
     job_id: str
-    phase: JobPhase
+    phase: JobState
     detail: str = ""
 
 
@@ -231,7 +220,7 @@ def run_loop(
     decisions = 0
     decided_noise: dict[str, float] = {}  # each running job's noise scale, as a noise-aware policy saw it at its last decision
 
-    def tell(now: float, job_id: str, phase: JobPhase, detail: str = "") -> None:
+    def tell(now: float, job_id: str, phase: JobState, detail: str = "") -> None:
         if on_job is not None:
             on_job(JobTransition(now, job_id, phase, detail))
 
@@ -251,10 +240,10 @@ def run_loop(
             track.arrival[job.id] = job.arrival_time
             if dynamic or _fits_alone(job, cap, policy, now):
                 waiting.append(job)
-                tell(now, job.id, JobPhase.QUEUED)
+                tell(now, job.id, JobState.QUEUED)
             else:
                 track.dropped.add(job.id)  # larger than the whole cluster: would wait forever
-                tell(now, job.id, JobPhase.DROPPED, f"needs more than the cluster's {cap} GPUs")
+                tell(now, job.id, JobState.DROPPED, f"needs more than the cluster's {cap} GPUs")
             dirty = True
         for job_id in update.cancelled:
             if job_id in running:
@@ -268,19 +257,19 @@ def run_loop(
             else:
                 continue
             track.cancelled.add(job_id)
-            tell(now, job_id, JobPhase.CANCELLED)
+            tell(now, job_id, JobState.CANCELLED)
             dirty = True
         for failure in executor.failed(now):
             if failure.job_id in running:
                 end_running(now, failure.job_id)
                 track.failed[failure.job_id] = failure.reason
-                tell(now, failure.job_id, JobPhase.FAILED, failure.reason)
+                tell(now, failure.job_id, JobState.FAILED, failure.reason)
                 dirty = True
         for job_id in executor.completed(now):
             if job_id in running:
                 end_running(now, job_id)
                 track.finish[job_id] = now
-                tell(now, job_id, JobPhase.FINISHED)
+                tell(now, job_id, JobState.FINISHED)
                 dirty = True
         if update.stop:
             break
@@ -321,13 +310,13 @@ def run_loop(
                 for job in decision.admission.admitted:
                     running[job.id] = job
                     track.start[job.id] = now
-                    tell(now, job.id, JobPhase.RUNNING)
+                    tell(now, job.id, JobState.RUNNING)
                 events = executor.apply(now, allocation, new, specs)
                 _record_changes(track, now, allocation, new)
                 track.events.extend(events)
                 for job in decision.admission.dropped:
                     track.dropped.add(job.id)
-                    tell(now, job.id, JobPhase.DROPPED, "does not fit")
+                    tell(now, job.id, JobState.DROPPED, "does not fit")
                 waiting = list(decision.admission.queued)
                 allocation = new
                 decisions += 1

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from allocator.loop import JobPhase, JobTransition, StepReport
+from allocator.loop import JobTransition, StepReport
 from allocator.types import Share
 from allocator.wall_split import WallSplit
 from service import schema
@@ -32,15 +32,7 @@ class JobFigures(Protocol):
 
     def wall_split(self, job_id: str, submitted: float | None, end: float) -> WallSplit | None: ...
 
-_STATE = {
-    JobPhase.QUEUED: JobState.QUEUED,
-    JobPhase.RUNNING: JobState.RUNNING,
-    JobPhase.FINISHED: JobState.FINISHED,
-    JobPhase.FAILED: JobState.FAILED,
-    JobPhase.CANCELLED: JobState.CANCELLED,
-    JobPhase.DROPPED: JobState.DROPPED,
-}
-_MLFLOW_END = {JobPhase.FINISHED: "FINISHED", JobPhase.FAILED: "FAILED", JobPhase.CANCELLED: "KILLED", JobPhase.DROPPED: "KILLED"}
+_MLFLOW_END = {JobState.FINISHED: "FINISHED", JobState.FAILED: "FAILED", JobState.CANCELLED: "KILLED", JobState.DROPPED: "KILLED"}
 
 
 class StoreRecorder:
@@ -70,11 +62,11 @@ class StoreRecorder:
             self.tracking.metrics(job_id, {"measured_samples_per_s": measured, "measured_gpus": share.gpus, "measured_batch": share.batch})
 
     def on_job(self, t: JobTransition) -> None:
-        state = _STATE[t.phase]
-        if t.phase is JobPhase.QUEUED:
+        state = t.phase
+        if t.phase is JobState.QUEUED:
             self.store.set_state(t.job_id, state, only_from=RESUMABLE)
             return
-        if t.phase is JobPhase.RUNNING:
+        if t.phase is JobState.RUNNING:
             row = self.store.job(t.job_id)
             run_id = self.tracking.job_run(
                 t.job_id, row.name, row.mlflow_run_id, {**row.spec, "submitter": row.submitter}, parent=row.mlflow_parent_run_id, submitter=row.submitter
@@ -90,7 +82,7 @@ class StoreRecorder:
         if t.detail:
             fields["error"] = t.detail
         result = self.result_of(t.job_id)
-        if t.phase is JobPhase.FINISHED:
+        if t.phase is JobState.FINISHED:
             fields["samples_done"] = schema.jobs.c.total_samples
             if result is not None:
                 # What a client ranks or compares jobs by (an HPO stage keeps its best trials).

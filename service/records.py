@@ -3,21 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 
-
-class JobState(str, Enum):
-    QUEUED = "queued"  # submitted, waiting for GPUs
-    RUNNING = "running"
-    SUSPENDED = "suspended"  # checkpointed and stopped by a service shutdown; resumes when one starts
-    FINISHED = "finished"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    DROPPED = "dropped"  # can never fit the cluster
-
-    @property
-    def terminal(self) -> bool:
-        return self in (JobState.FINISHED, JobState.FAILED, JobState.CANCELLED, JobState.DROPPED)
+from allocator.lifecycle import JobState  # the one job-state vocabulary (loop, store, CLI)
 
 
 # A service takes these up when it starts (a crash leaves jobs "running" in the store).

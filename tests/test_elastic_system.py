@@ -24,12 +24,12 @@ from distributed import Client
 from deploy.local import local_gpu_cluster
 from elastic_tasks.cluster import WorkerPool, warm_up
 from elastic_tasks.coordinator.job import JobCoordinator
-from elastic_tasks.coordinator.lifecycle import JobState
+from elastic_tasks.coordinator.lifecycle import CoordinatorState
 from elastic_tasks.coordinator.outcomes import JobFailed
 from elastic_tasks.coordinator.timeouts import plan_wait_s
 from elastic_tasks.protocol import PlanKind, RankExit, TrainConfig
 from elastic_tasks.recipe import EntryPointError
-from elastic_tasks.rank.sharding import EpochSampler, rank_slice
+from elastic_tasks.rank.sharding import EpochSampler
 from elastic_tasks.rank.straggler import StragglerDetector
 from tests.recipe_sources import failing_forward_recipe
 
@@ -104,7 +104,7 @@ def test_rescale_2_3_1_keeps_the_loss_curve_and_sees_every_sample_once(client, r
     assert sorted(exits.values()) == sorted([RankExit.FINISHED, RankExit.LEFT, RankExit.LEFT])
     # Measured pauses, not asserted on (a loaded machine moves them): rescale_bench.py reports them.
     assert 0 < out.pause_s < math.inf and 0 < inn.pause_s < math.inf
-    S = JobState
+    S = CoordinatorState
     assert job.lifecycle.history == (S.INIT, S.STARTING, S.RUNNING, S.RESCALING, S.RUNNING, S.RESCALING, S.RUNNING, S.SUCCEEDED)
 
 
@@ -122,7 +122,7 @@ def test_worker_killed_mid_run_job_shrinks_and_finishes(client, reference):
     rec = result.recoveries[0]
     assert rec.lost == (victim,) and len(rec.survivors) == 2
     assert rec.steps_lost <= 1 and rec.resumed_step >= 10 and rec.pause_s is not None
-    S = JobState
+    S = CoordinatorState
     assert job.lifecycle.history == (S.INIT, S.STARTING, S.RUNNING, S.RECOVERING, S.RUNNING, S.SUCCEEDED)
     losses = _losses(result)
     # If the kill landed in a step's agreement, that step was taken but only the survivors' own
@@ -149,9 +149,9 @@ def test_a_recipe_error_that_reads_like_a_network_one_fails_the_job(client, tmp_
         job.start(2)
         job.wait(60)
     assert not job.recoveries
-    assert job.state is JobState.FAILED and JobState.RECOVERING not in job.lifecycle.history
+    assert job.state is CoordinatorState.FAILED and CoordinatorState.RECOVERING not in job.lifecycle.history
     job.abandon()
-    assert job.state is JobState.FAILED  # final: giving up on it does not make it "stopped"
+    assert job.state is CoordinatorState.FAILED  # final: giving up on it does not make it "stopped"
 
 
 def test_checkpoint_restart_resumes_at_the_exact_step(client, reference, tmp_path):
@@ -160,7 +160,7 @@ def test_checkpoint_restart_resumes_at_the_exact_step(client, reference, tmp_pat
     out = job.restart_rescale(3, at_step=15, restart_processes=False)
     result = job.wait(120)
     assert out.restart and out.step == 15
-    assert job.state is JobState.SUCCEEDED and JobState.RESCALING in job.lifecycle.history
+    assert job.state is CoordinatorState.SUCCEEDED and CoordinatorState.RESCALING in job.lifecycle.history
     # Identical parameters after the restart: the rest of the curve is the reference's.
     diff = np.abs(_losses(result) - _losses(reference)).max()
     assert diff < LOSS_TOL, f"max |loss difference| {diff:.3g}"
@@ -238,7 +238,7 @@ def test_every_rank_lost_resumes_from_the_last_checkpoint(client, reference, tmp
     said = [r.getMessage() for r in caplog.records if "lost every rank" in r.getMessage()]
     assert len(said) == 1 and all(u in said[0] for u in rec.lost) and "cancelled" not in said[0], said
     assert rec.resumed_step % 5 == 0 and 10 <= rec.resumed_step <= 15
-    S = JobState
+    S = CoordinatorState
     assert job.lifecycle.history == (S.INIT, S.STARTING, S.RUNNING, S.RECOVERING, S.RUNNING, S.SUCCEEDED)
     # The killed ranks took their records with them; from the checkpoint on, the curve is the reference's.
     steps = [h.step for h in result.history]

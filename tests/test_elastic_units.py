@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from elastic_tasks.coordinator.lifecycle import JobState, Lifecycle
+from elastic_tasks.coordinator.lifecycle import CoordinatorState, Lifecycle
 from elastic_tasks.protocol import FROM_CHECKPOINT, Plan, PlanKind, TrainConfig
 from elastic_tasks.rank.scaling import LRRamp, accumulation_steps, initial_lr, micro_batches, rescale_lr
 from elastic_tasks.rank.sharding import EpochSampler, rank_slice
@@ -214,7 +214,7 @@ def test_courier_never_claims_a_version_nobody_published():
 
 
 def test_lifecycle_final_states_are_final_and_moves_can_be_conditional():
-    S = JobState
+    S = CoordinatorState
     life = Lifecycle()
     assert life.state is S.INIT
     assert life.move(S.STARTING) and life.move(S.RUNNING, only_from=(S.STARTING,))

@@ -4,7 +4,8 @@ changes, a stop. Driven by a fake clock, a scripted feed and an executor that on
 from dataclasses import dataclass, field
 
 from allocator.execution import JobFailure, share_changes
-from allocator.loop import JobPhase, LoopSettings, run_loop
+from allocator.lifecycle import JobState
+from allocator.loop import LoopSettings, run_loop
 from allocator.policies import make_policy
 from allocator.sources import Arrivals
 from allocator.types import Allocation, RescaleEvent, RescaleKind, Share
@@ -97,10 +98,10 @@ def test_live_feed_cancellation_failure_and_stop_are_each_seen_once():
     by_job = {}
     for t in phases:
         by_job.setdefault(t.job_id, []).append((t.time, t.phase))
-    assert by_job["a"] == [(0.0, JobPhase.QUEUED), (0.0, JobPhase.RUNNING), (6.0, JobPhase.FAILED)]
-    assert by_job["b"] == [(0.0, JobPhase.QUEUED), (0.0, JobPhase.RUNNING), (3.0, JobPhase.CANCELLED)]
-    assert by_job["c"] == [(0.0, JobPhase.QUEUED), (3.0, JobPhase.CANCELLED)]
-    assert by_job["d"] == [(4.0, JobPhase.QUEUED), (4.0, JobPhase.RUNNING)]
+    assert by_job["a"] == [(0.0, JobState.QUEUED), (0.0, JobState.RUNNING), (6.0, JobState.FAILED)]
+    assert by_job["b"] == [(0.0, JobState.QUEUED), (0.0, JobState.RUNNING), (3.0, JobState.CANCELLED)]
+    assert by_job["c"] == [(0.0, JobState.QUEUED), (3.0, JobState.CANCELLED)]
+    assert by_job["d"] == [(4.0, JobState.QUEUED), (4.0, JobState.RUNNING)]
     assert "nobody" not in by_job
     records = {r.job_id: r for r in result.jobs}
     assert records["a"].failed == "rank 0 raised RuntimeError: boom"

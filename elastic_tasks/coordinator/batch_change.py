@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from elastic_tasks.coordinator.lifecycle import JobState
+from elastic_tasks.coordinator.lifecycle import CoordinatorState
 from elastic_tasks.coordinator.outcomes import RescaleOutcome
 from elastic_tasks.protocol import Plan, PlanKind, check_batch
 
@@ -30,12 +30,12 @@ def change_batch(job: JobCoordinator, global_batch: int, at_step: int | None = N
         check_batch(global_batch, len(members))
         if global_batch == job.global_batch:
             return None
-        job.lifecycle.move(JobState.RESCALING)
+        job.lifecycle.move(CoordinatorState.RESCALING)
         version = job.next_version()
         job.publish(Plan(version, PlanKind.BATCH, members, global_batch, at_step=at_step))
     # Outside the plan lock: a failure meanwhile must be able to start recovery.
     event = job.wait_applied(version, job.startup_s + job.eta_s(at_step))
-    job.lifecycle.move(JobState.RUNNING, only_from=(JobState.RESCALING,))
+    job.lifecycle.move(CoordinatorState.RUNNING, only_from=(CoordinatorState.RESCALING,))
     if event is None:
         return None
     with job.plan_lock:

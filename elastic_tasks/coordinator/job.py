@@ -26,7 +26,7 @@ from elastic_tasks.cluster import WorkerPool
 from elastic_tasks.devices import GPU_RESOURCE
 from elastic_tasks.coordinator.batch_change import change_batch
 from elastic_tasks.coordinator.event_pump import EventPump, Heard
-from elastic_tasks.coordinator.lifecycle import JobState, Lifecycle
+from elastic_tasks.coordinator.lifecycle import CoordinatorState, Lifecycle
 from elastic_tasks.coordinator.outcomes import JobFailed, JobResult, RescaleOutcome, gather
 from elastic_tasks.protocol import FROM_CHECKPOINT, Plan, PlanKind, RankResult, RankSpec, TrainConfig, check_batch
 from elastic_tasks.recipe import load_entry_point
@@ -93,7 +93,7 @@ class JobCoordinator:
     # -- public API ----------------------------------------------------------------------------
 
     @property
-    def state(self) -> JobState:
+    def state(self) -> CoordinatorState:
         return self.lifecycle.state
 
     @property
@@ -116,7 +116,7 @@ class JobCoordinator:
         # a shutdown) resumes from it rather than starting over.
         source_of = FROM_CHECKPOINT if has_checkpoint(self.config.checkpoint_dir) else None
         with self.plan_lock:
-            self.lifecycle.move(JobState.STARTING)
+            self.lifecycle.move(CoordinatorState.STARTING)
             version = self.next_version()
             uids = [self.launch(addr, version) for addr in workers]
             t0 = time.time()
@@ -126,7 +126,7 @@ class JobCoordinator:
         event = self.wait_applied(version, self.startup_s)
         if event is None and not self.finished:
             raise self.fail(f"its {gpus} rank(s) did not start within {self.startup_s:g} s; {self._occupancy(list(workers))}")
-        self.lifecycle.move(JobState.RUNNING, only_from=(JobState.STARTING,))
+        self.lifecycle.move(CoordinatorState.RUNNING, only_from=(CoordinatorState.STARTING,))
         outcome = RescaleOutcome(version, PlanKind.START, 0, gpus, batch, event.step if event else 0, event.pause_s if event else None, time.time() - t0)
         self.rescales.append(outcome)
         return outcome
@@ -166,7 +166,7 @@ class JobCoordinator:
             if not self.finished and self.members:
                 self.publish(Plan(self.next_version(), PlanKind.STOP, (), self.global_batch))
             self._stopping, self.members = self.members, ()
-            self.lifecycle.move(JobState.STOPPED)
+            self.lifecycle.move(CoordinatorState.STOPPED)
 
     def suspend(self, timeout: float | None = None) -> bool:
         """Checkpoint and stop every rank (a service shutting down); True once rank 0 saved.
@@ -179,7 +179,7 @@ class JobCoordinator:
         with self.plan_lock:
             if self.finished or not self.members:
                 return False
-            self.lifecycle.move(JobState.SUSPENDING)
+            self.lifecycle.move(CoordinatorState.SUSPENDING)
             version = self.next_version()
             self.publish(Plan(version, PlanKind.CHECKPOINT_STOP, (), self.global_batch))
             self._stopping, self.members = self.members, ()
@@ -303,7 +303,7 @@ class JobCoordinator:
         return value if isinstance(value, RankEvent) else None
 
     def fail(self, why: str) -> JobFailed:
-        self.lifecycle.move(JobState.FAILED)
+        self.lifecycle.move(CoordinatorState.FAILED)
         return JobFailed(f"job {self.job_id}: {why}")
 
     def harvest(self) -> None:
@@ -321,7 +321,7 @@ class JobCoordinator:
 
         None if the job finished while the new ranks got ready: they are told to leave.
         """
-        self.lifecycle.move(JobState.RESCALING)
+        self.lifecycle.move(CoordinatorState.RESCALING)
         version = self.next_version()
         t0 = time.time()
         new = [self.launch(addr, version) for addr in added]
@@ -344,7 +344,7 @@ class JobCoordinator:
             return None
         plan = pending.plan
         event = self.wait_applied(plan.version, self.startup_s + self.eta_s(plan.at_step))
-        self.lifecycle.move(JobState.RUNNING, only_from=(JobState.RESCALING,))
+        self.lifecycle.move(CoordinatorState.RUNNING, only_from=(CoordinatorState.RESCALING,))
         if event is None:
             return None
         with self.plan_lock:
@@ -357,9 +357,9 @@ class JobCoordinator:
     def _heard(self, event: RankEvent) -> None:
         """On the pump's thread, after ``event`` was recorded."""
         if event.kind == EventKind.FINISHED:
-            self.lifecycle.move(JobState.SUCCEEDED)
+            self.lifecycle.move(CoordinatorState.SUCCEEDED)
         elif event.kind == EventKind.ERROR:
-            self.lifecycle.move(JobState.FAILED)
+            self.lifecycle.move(CoordinatorState.FAILED)
         elif event.kind == EventKind.STRAGGLER:
             if self.on_straggler is not None:
                 self.on_straggler(event.uid, event.step)

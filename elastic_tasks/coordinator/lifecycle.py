@@ -1,5 +1,8 @@
 """A job's lifecycle as its coordinator sees it (cf. ``torch.distributed.elastic``'s ``WorkerState``).
 
+Finer than the job's state the loop, the store and the CLI share (``allocator.lifecycle.JobState``):
+this one follows the coordinator's generations, hence its name ``CoordinatorState``.
+
     INIT -> STARTING -> RUNNING <-> RESCALING        (in-place or checkpoint-restart switch)
                         RUNNING <-> RECOVERING       (a generation lost ranks)
                         RUNNING  -> SUSPENDING -> STOPPED
@@ -17,7 +20,7 @@ from collections.abc import Collection
 from enum import Enum
 
 
-class JobState(str, Enum):
+class CoordinatorState(str, Enum):
     INIT = "init"  # constructed; no rank exists
     STARTING = "starting"  # first generation launched, not yet training
     RUNNING = "running"  # a generation trains
@@ -29,7 +32,7 @@ class JobState(str, Enum):
     FAILED = "failed"  # cannot go on
 
 
-FINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED})
+FINAL = frozenset({CoordinatorState.SUCCEEDED, CoordinatorState.FAILED})
 
 
 class Lifecycle:
@@ -37,18 +40,18 @@ class Lifecycle:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._history = [JobState.INIT]
+        self._history = [CoordinatorState.INIT]
 
     @property
-    def state(self) -> JobState:
+    def state(self) -> CoordinatorState:
         return self._history[-1]
 
     @property
-    def history(self) -> tuple[JobState, ...]:
+    def history(self) -> tuple[CoordinatorState, ...]:
         with self._lock:
             return tuple(self._history)
 
-    def move(self, to: JobState, only_from: Collection[JobState] | None = None) -> bool:
+    def move(self, to: CoordinatorState, only_from: Collection[CoordinatorState] | None = None) -> bool:
         """Enter ``to`` unless the job is in a final state (or not in ``only_from``); True if it moved."""
         with self._lock:
             now = self._history[-1]

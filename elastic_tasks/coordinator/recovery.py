@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from elastic_tasks.board import EventKind, RankEvent
-from elastic_tasks.coordinator.lifecycle import JobState
+from elastic_tasks.coordinator.lifecycle import CoordinatorState
 from elastic_tasks.protocol import FROM_CHECKPOINT, Plan, PlanKind
 from elastic_tasks.rank.state import has_checkpoint
 
@@ -88,7 +88,7 @@ class Recovery:
         it leaves hanging on nccl (on gloo it has raised already; the word is then moot)."""
         job = self.job
         version = job.version
-        if version < 0 or version in self._signalled or job.state not in (JobState.RUNNING, JobState.RESCALING):
+        if version < 0 or version in self._signalled or job.state not in (CoordinatorState.RUNNING, CoordinatorState.RESCALING):
             return
         if any(job.dead(u) for u in job.members):
             self._signalled.add(version)
@@ -110,7 +110,7 @@ class Recovery:
         with job.plan_lock:
             if failed_version in self.recovered_from():
                 return
-            job.lifecycle.move(JobState.RECOVERING)
+            job.lifecycle.move(CoordinatorState.RECOVERING)
             members = job.board.plan(failed_version, timeout=PLAN_READ_S).members
             deadline = time.monotonic() + job.config.timeout_s + REPORT_GRACE_S
             while time.monotonic() < deadline:
@@ -136,7 +136,7 @@ class Recovery:
                 resumed = -1
             else:
                 pump.record(RankEvent(EventKind.ERROR, "-", failed_version, last_step, detail="every rank was lost and no checkpoint exists"))
-                job.lifecycle.move(JobState.FAILED)
+                job.lifecycle.move(CoordinatorState.FAILED)
                 self.records.append(RecoveryRecord(failed_version, version, (), lost, -1, last_step, None, False))
                 return
             if new_plan.source == FROM_CHECKPOINT:
@@ -159,7 +159,7 @@ class Recovery:
             # The survivors time the pause from the moment their collective failed.
             resumed_step = applied.step if resumed < 0 else resumed
             self.records[-1] = RecoveryRecord(failed_version, version, survivors, lost, resumed_step, last_step, applied.pause_s, record.from_checkpoint)
-            job.lifecycle.move(JobState.RUNNING, only_from=(JobState.RECOVERING,))
+            job.lifecycle.move(CoordinatorState.RUNNING, only_from=(CoordinatorState.RECOVERING,))
 
     def _relaunch(self, wanted: int, version: int) -> tuple[str, ...]:
         """New ranks for a generation that lost every rank, on whatever workers the nannies bring back."""

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from elastic_tasks.board import EventKind, RankEvent
 from elastic_tasks.cluster import warm_up
-from elastic_tasks.coordinator.lifecycle import JobState
+from elastic_tasks.coordinator.lifecycle import CoordinatorState
 from elastic_tasks.coordinator.outcomes import RescaleOutcome
 from elastic_tasks.protocol import FROM_CHECKPOINT, Plan, PlanKind, check_batch
 
@@ -30,14 +30,14 @@ def restart_rescale(job: JobCoordinator, gpus: int, global_batch: int | None, at
     batch = job.global_batch if global_batch is None else global_batch
     check_batch(batch, gpus)
     with job.plan_lock:
-        job.lifecycle.move(JobState.RESCALING)
+        job.lifecycle.move(CoordinatorState.RESCALING)
         before = job.members
         old_workers = [job.worker_of[u] for u in before]
         version = job.next_version()
         job.publish(Plan(version, PlanKind.CHECKPOINT_STOP, (), batch, at_step=at_step))
         stopped = job.wait_for(lambda h: h.stopped.get(version) or h.finished, job.startup_s + job.eta_s(at_step))
         if not isinstance(stopped, RankEvent) or stopped.kind != EventKind.STOPPED:
-            job.lifecycle.move(JobState.RUNNING, only_from=(JobState.RESCALING,))
+            job.lifecycle.move(CoordinatorState.RUNNING, only_from=(CoordinatorState.RESCALING,))
             return None
         for uid in before:
             job.futures[uid].result(timeout=job.startup_s)
@@ -63,7 +63,7 @@ def restart_rescale(job: JobCoordinator, gpus: int, global_batch: int | None, at
     event = job.wait_applied(version, job.startup_s)
     if event is None:
         raise job.fail("restarted ranks did not come up")
-    job.lifecycle.move(JobState.RUNNING, only_from=(JobState.RESCALING,))
+    job.lifecycle.move(CoordinatorState.RUNNING, only_from=(CoordinatorState.RESCALING,))
     outcome = RescaleOutcome(version, PlanKind.RESCALE, len(before), gpus, batch, event.step, event.time - stopped.time, 0.0, restart=True)
     job.rescales.append(outcome)
     return outcome
