@@ -11,7 +11,7 @@ grows back. Each generation's predicted and measured samples/s come from the sto
 the growth) over the best it measured on 2 GPUs before B arrived. With ``--no-trust`` the loop
 applies the policy's answer as is (the behaviour before issue 26), for the side-by-side figure.
 
-    .venv/bin/python benchmarks/growth_bench.py [--samples-a 40000 --samples-b 10000 --b-arrival 30] [--no-trust]
+    .venv/bin/python benchmarks/growth_bench.py [--samples-a 120000 --samples-b 15000 --b-after-samples 20000] [--no-trust]
 """
 
 from __future__ import annotations
@@ -45,9 +45,13 @@ class GrowthRun:
 
 def run_growth(
     workdir: Path, model: str = "resnet_small", samples_a: int = 60_000, samples_b: int = 30_000, b_arrival_s: float = 10.0,
-    interval_s: float = 5.0, trust: bool = True, max_batch: int = 256,
+    interval_s: float = 5.0, trust: bool = True, max_batch: int = 256, b_after_samples: int | None = None,
 ) -> GrowthRun:  # fmt: skip
-    """One run of the scenario in ``workdir``; each job's generations as the store recorded them."""
+    """One run of the scenario in ``workdir``; each job's generations as the store recorded them.
+
+    B arrives ``b_arrival_s`` after A started, or — with ``b_after_samples`` — once A has done
+    that many samples: then the scenario is the same on a fast machine and a loaded one (A has
+    measured its 2-GPU generation before B, and has work left to grow back into after it)."""
     from allocator.types import JobSpec
     from deploy.clusters import connect
     from service.embedded import EmbeddedService
@@ -75,7 +79,11 @@ def run_growth(
             deadline = time.monotonic() + 600
             while service.service.store.job(ids["job-a"]).state.value != "running" and time.monotonic() < deadline:
                 time.sleep(0.2)
-            ids |= service.submit_at_arrivals([replace(specs[1], arrival_time=b_arrival_s)], key_prefix=key)
+            if b_after_samples is not None:
+                while service.service.store.job(ids["job-a"]).samples_done < b_after_samples and time.monotonic() < deadline:
+                    time.sleep(0.2)
+            arrival = 0.0 if b_after_samples is not None else b_arrival_s
+            ids |= service.submit_at_arrivals([replace(specs[1], arrival_time=arrival)], key_prefix=key)
             service.wait(list(ids.values()), timeout_s=1800)
             store = service.service.store
             rows = {r.name: r for r in store.jobs(ids=list(ids.values()))}
@@ -102,15 +110,17 @@ def growth_ratio(run: GrowthRun) -> tuple[float | None, Generation | None, Gener
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="resnet_small")
-    ap.add_argument("--samples-a", type=int, default=40_000)
-    ap.add_argument("--samples-b", type=int, default=10_000)
-    ap.add_argument("--b-arrival", type=float, default=30.0, help="seconds after A starts: long enough for A to measure its 2-GPU generation (steps of 512 samples took ~1.7 s under load)")
+    ap.add_argument("--samples-a", type=int, default=120_000)
+    ap.add_argument("--samples-b", type=int, default=15_000)
+    ap.add_argument("--b-after-samples", type=int, default=20_000, help="B arrives once A has done this many samples (its 2-GPU generation measured, whatever the machine's speed)")
+    ap.add_argument("--b-arrival", type=float, default=None, help="instead: seconds after A starts")
     ap.add_argument("--interval", type=float, default=5.0)
     ap.add_argument("--no-trust", action="store_true", help="the policy's answer as is (before issue 26)")
     args = ap.parse_args()
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="growth-") as d:
-        run = run_growth(Path(d), args.model, args.samples_a, args.samples_b, args.b_arrival, args.interval, trust=not args.no_trust)
+        b_after = None if args.b_arrival is not None else args.b_after_samples
+        run = run_growth(Path(d), args.model, args.samples_a, args.samples_b, args.b_arrival or 0.0, args.interval, trust=not args.no_trust, b_after_samples=b_after)
     ratio, last, best = growth_ratio(run)
     for name, gens in (("job-a", run.a), ("job-b", run.b)):
         for g in gens:
