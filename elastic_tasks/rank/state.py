@@ -30,6 +30,7 @@ import dataclasses
 import io
 import os
 import tempfile
+import zipfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -280,6 +281,18 @@ def _write_local_atomic(local: Path, name: str, obj: object) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def check_readable(directory: str | os.PathLike[str]) -> None:
+    """Raise if the checkpoint cannot be opened, without reading its tensors: its zip directory,
+    which sits at the end of the file, is the first thing a truncated or damaged file loses. (The
+    metadata sidecar may still read fine beside a damaged checkpoint.)"""
+    fs, root = _filesystem(directory)
+    if _is_local(fs):
+        with zipfile.ZipFile(f"{root}/{CHECKPOINT_NAME}"):
+            return
+    with fs.open(f"{root}/{CHECKPOINT_NAME}", "rb") as f, zipfile.ZipFile(f):
+        return
 
 
 def has_checkpoint(directory: str | os.PathLike[str] | None) -> bool:

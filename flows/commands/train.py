@@ -62,11 +62,12 @@ def _as_flags(message: str) -> str:
 
 def _already_finished(path: Path, name: str) -> bool:
     """A reused directory whose checkpoint says finished: say so instead of training nothing."""
-    from elastic_tasks.rank.state import has_checkpoint, read_meta
+    from elastic_tasks.rank.state import check_readable, has_checkpoint, read_meta
 
     if not has_checkpoint(path):
         return False
     try:
+        check_readable(path)
         meta = read_meta(path)
     except Exception as exc:  # a damaged checkpoint file; torch raises several types
         fail(f"--checkpoint-dir={str(path)!r}: its checkpoint cannot be read ({type(exc).__name__}: {exc}); move it aside or use a new directory")
@@ -200,15 +201,17 @@ def _run(
     with cluster, Client(cluster) as client:
         warm_up(client, entrypoint)
         job = JobCoordinator(client, WorkerPool(client), name, entrypoint, config)
-        with StepProgress(err_console, config.max_steps, job.status, on_eval=tracking.live_eval if tracking is not None else None):
-            job.start(gpus)
-            try:
+        try:
+            # The live line's last read (on leaving the block) comes before the board is forgotten:
+            # a job shorter than one poll still ends with its final step line.
+            with StepProgress(err_console, config.max_steps, job.status, on_eval=tracking.live_eval if tracking is not None else None):
+                job.start(gpus)
                 for step, target in schedule:
                     (job.restart_rescale if restart else job.rescale)(target, at_step=step)
                 return job.wait()
-            finally:
-                job.close()
-                job.board.forget()
+        finally:
+            job.close()
+            job.board.forget()
 
 
 def _seconds(value: float | None, digits: int) -> str:
