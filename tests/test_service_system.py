@@ -228,6 +228,7 @@ def test_jobs_from_independent_submitters_share_the_cluster_shrink_in_place_fail
     assert "stopped" in svc.lines[-1]
 
 
+@pytest.mark.timeout(900)
 def test_a_killed_service_and_a_stopped_one_lose_no_job_and_run_none_twice(service_env):
     start, store_url, env, cwd = service_env
     store = JobStore(store_url)
@@ -260,7 +261,9 @@ def test_a_killed_service_and_a_stopped_one_lose_no_job_and_run_none_twice(servi
     suspended_at = store.job(long_job).samples_done
 
     svc3 = start()
-    rows = client.wait([long_job, waits], timeout_s=240)
+    # A hang bound, not a speed check: what is left of the long job runs at whatever pace the box
+    # allows (240 s was missed on a CI box by a few seconds; the whole test took 283 s on a quiet one).
+    rows = client.wait([long_job, waits], timeout_s=600)
     assert [r.state for r in rows] == [JobState.FINISHED, JobState.FINISHED]
     assert store.job(long_job).attempts == 3 and store.job(waits).attempts == 1
     starts = [a for a in store.allocations(long_job) if a.kind == "start"]
