@@ -40,7 +40,7 @@ import tempfile
 import time
 from datetime import timedelta
 
-from distributed import Client, get_worker
+from distributed import Client
 
 from deploy.local import local_gpu_cluster
 from elastic_tasks.cluster import WorkerPool, warm_up, worker_info

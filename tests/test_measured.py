@@ -14,7 +14,7 @@ from allocator.loop import LoopSettings, run_loop
 from allocator.measured import TrustSettings, goodput_value, trust_measurements, trusted_share
 from allocator.policies import make_policy
 from allocator.types import Allocation, AllreduceModel, ClusterSnapshot, MeasuredRate, MeasuredTable, RescaleEvent, RescaleKind, RunningJob, Share, ThroughputProfile
-from tests.factories import make_job, make_profile
+from tests.factories import make_job
 from tests.test_loop import FakeClock
 
 # make_profile's model: t(b) = 0.005 + b / 2000 per GPU, allreduce 1e-4 s latency + 1e-9 s/param x 1e7.

@@ -4,7 +4,6 @@ cheap probe on linear regression, whose true noise scale the test derives in clo
 
 import gc
 import math
-import os
 
 import numpy as np
 import pytest

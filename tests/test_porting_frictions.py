@@ -26,7 +26,6 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from typer.testing import CliRunner
 

@@ -7,9 +7,9 @@ import pytest
 
 from allocator.admission import OverflowMode
 from allocator.loop import LoopSettings
-from allocator.metrics import schedule_csv, summarise
+from allocator.metrics import schedule_csv
 from allocator.policies import make_policy
-from allocator.simulator import RescaleCost, SimClock, SimExecutor, simulate
+from allocator.simulator import RescaleCost, SimClock, simulate
 from allocator.types import AllreduceModel, JobSpec, RescaleKind, ThroughputProfile
 from tests.sim_helpers import small_trace
 

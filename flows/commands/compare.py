@@ -57,7 +57,7 @@ def compare(
     experiment: Annotated[str | None, typer.Option("--experiment", "-e", help="MLflow experiment to look in (default MALLEABLE_EXPERIMENT).")] = None,
 ) -> None:
     """Compare recorded runs (e.g. elastic vs fixed on one trace) and jobs of a running service: table and plot."""
-    from flows.recording.service_selection import Selection, parse_when
+    from flows.recording.service_selection import parse_when
 
     settings_or_fail()
     if last < 1:

@@ -34,7 +34,6 @@ def loop_result_from_store(
 
     ``allocations``: each job's allocation history by store id (``JobStore.allocations``)."""
     t0 = min(r.submitted_at for r in rows)
-    names = {r.id: r.name for r in rows}
     specs = {r.name: spec_for_loop(r.spec, r.name, r.submitted_at - t0) for r in rows}
     schedule: list[ScheduleRow] = []
     events: list[RescaleEvent] = []
