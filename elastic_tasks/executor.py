@@ -254,7 +254,9 @@ class DaskExecutor:
         if job is None or job_id in self._reported:
             return None
         status = job.status()
-        return status.noise_scale if status is not None else None
+        if status is None or status.noise_scale is None or not status.noise_scale > 0:
+            return None  # a job's odd report (an older rank's 0.0, a nan) is "not estimated", never a stopped scheduler
+        return status.noise_scale
 
     def _watch(self, job_id: str, job: JobCoordinator) -> None:
         """Feed the job's refit its latest status, with the hosts its workers span now."""

@@ -50,6 +50,13 @@ def test_smoothed_estimate_of_synthetic_gradients_with_known_noise():
     noisy = NoiseScaleEstimator()
     noisy.update(NoiseTerms(grad_sq=-1.0, trace=5.0))
     assert noisy.value == math.inf
+    # A variance estimate that reads <= 0 (small batches, early) is "not measured yet", never
+    # B_noise = 0: a zero would fail every snapshot's validation and stop the scheduler.
+    quiet = NoiseScaleEstimator()
+    quiet.update(NoiseTerms(grad_sq=2.0, trace=-0.5))
+    assert quiet.value is None
+    quiet.update(NoiseTerms(grad_sq=2.0, trace=3.0))
+    assert quiet.value == pytest.approx((0.05 * -0.5 * 0.95 + 0.05 * 3.0) / (0.05 * 2.0 * 0.95 + 0.05 * 2.0))
 
 
 def _draw(rng, n):

@@ -88,13 +88,20 @@ class NoiseScaleEstimator:
 
     @property
     def value(self) -> float | None:
-        """B_noise, or None before any update; inf while the averaged |G|^2 is not positive (all noise)."""
+        """B_noise, or None before any update; inf while the averaged |G|^2 is not positive (all noise).
+
+        None too while the averaged tr(Sigma) is not positive: the two-batch estimate of the
+        variance is unbiased but noisy, and at small batches early on it reads <= 0. That says
+        "no noise measured yet", not B_noise = 0 (which would tell a goodput policy that a larger
+        batch is worthless); the policy keeps its model until the estimate turns positive."""
         g, t = self.grad_sq, self.trace
         if g is None or t is None:
             return None
         if g <= 0:
             return math.inf
-        return max(t, 0.0) / g
+        if t <= 0:
+            return None
+        return t / g
 
 
 def _sq_norm(tensors: list[torch.Tensor]) -> torch.Tensor:
