@@ -64,6 +64,12 @@ class TrainConfig:
     noise_probe: bool = True  # measure the gradient noise scale (goodput_dp reads it); off only to measure its cost
     data_timeout_s: float = 600.0
     broadcast_chunk_mb: int = 256  # a state broadcast's staging buffer, at most (rank/chunked.py)
+    hold_at_steps: frozenset[int] = frozenset()
+    """Step boundaries a switch was declared for in advance (``malleable train --rescale-at``):
+    there every rank waits (up to ``data_timeout_s``) for the coordinator's next plan rather than
+    train past a step whose plan it has not read yet. A plan's ``at_step`` alone is a lower bound:
+    ranks switch at the first boundary at or after it *once they have read it*, which on a fast
+    step or a busy host is several steps late. Only steps the coordinator will publish a plan for."""
 
     def __post_init__(self) -> None:
         _int("global_batch", self.global_batch, 1)
@@ -85,6 +91,10 @@ class TrainConfig:
         if not (math.isfinite(self.data_timeout_s) and self.data_timeout_s > 0):
             raise ValueError(f"TrainConfig.data_timeout_s={self.data_timeout_s!r}: must be a finite number > 0")
         _int("broadcast_chunk_mb", self.broadcast_chunk_mb, 1)
+        if not isinstance(self.hold_at_steps, frozenset):
+            raise ValueError(f"TrainConfig.hold_at_steps={self.hold_at_steps!r}: must be a frozenset of steps >= 1")
+        for step in sorted(self.hold_at_steps):
+            _int("hold_at_steps", step, 1)
         if self.backend not in (None, "gloo", "nccl"):
             raise ValueError(f"TrainConfig.backend={self.backend!r}: expected 'gloo', 'nccl' or None")
         _int("torch_threads", self.torch_threads, 1)

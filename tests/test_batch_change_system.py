@@ -80,3 +80,20 @@ def test_batch_only_change_keeps_the_group_and_trains_the_new_batch(client):
     theirs = np.array([h.loss for h in sorted(reference.history, key=lambda h: h.step)])
     assert np.abs(ours - theirs).max() < LOSS_TOL
     print(f"batch-only switch pause {change.pause_s:.4f} s vs regroup 2->1 pause {shrink.pause_s:.4f} s")
+
+
+def test_a_declared_switch_step_holds_the_ranks_until_its_plan_is_read(client):
+    """``hold_at_steps``: a plan published long after its step would have passed still lands on
+    it. Without the hold the undelayed 20 steps are over within the sleep and the shrink never
+    happens (``rescale`` returns None); with it the ranks wait at step 8 for the plan."""
+    client.wait_for_workers(2, timeout=60)
+    config = TrainConfig(global_batch=BATCH, max_steps=STEPS, timeout_s=20.0, hold_at_steps=frozenset({SWITCH}))
+    job = JobCoordinator(client, WorkerPool(client), f"hold-{time.monotonic_ns()}", ENTRY, config)
+    job.start(2)
+    time.sleep(4.0)
+    assert job.status() is not None and job.status().step <= SWITCH  # held, not finished
+    shrink = job.rescale(1, at_step=SWITCH)
+    result = job.wait(120)
+    assert shrink is not None and (shrink.kind, shrink.step) == (PlanKind.RESCALE, SWITCH)
+    worlds = {h.step: h.world_size for h in result.history}
+    assert [worlds[t] for t in range(STEPS)] == [2] * SWITCH + [1] * (STEPS - SWITCH)

@@ -401,7 +401,8 @@ class _Rank:
             result = self.evaluation.if_due(self.state, self.rank, self.world, agreed, self._done())
         if result is not None:
             self.records.evals.append(result)
-        return None if agreed is None else self._next_plan(agreed.newest_version)
+        assert self.plan is not None
+        return self._next_plan(self.plan.version if agreed is None else agreed.newest_version)
 
     def _settle(self) -> None:
         """Wait for the agreement in flight and record it (before a switch, a stop or the end);
@@ -414,8 +415,15 @@ class _Rank:
         """The plan to switch to at this boundary: the newest any rank has seen, once its step has come."""
         plan = self.plan
         assert plan is not None
-        if newest > plan.version and (self.pending is None or newest > self.pending.version):
+        if newest == plan.version and self.pending is None and self.state.meta.step in self.config.hold_at_steps:
+            newest = plan.version + 1  # a declared switch step: every rank waits here for the next plan
+            with self.wall.phase(Phase.REGROUP):
+                candidate = self.board.plan(newest, timeout=self.config.data_timeout_s)
+        elif newest > plan.version and (self.pending is None or newest > self.pending.version):
             candidate = self.board.plan(newest, timeout=self.config.timeout_s)
+        else:
+            candidate = None
+        if candidate is not None:
             if candidate.kind != PlanKind.RECOVER:  # recovery plans are for ranks in recovery
                 self.pending = candidate
         pending = self.pending

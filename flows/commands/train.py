@@ -42,6 +42,17 @@ def parse_rescales(items: list[str], steps: int) -> list[tuple[int, int]]:
     return out
 
 
+def declared_switches(schedule: list[tuple[int, int]], gpus: int, restart: bool) -> frozenset[int]:
+    """The steps of ``schedule`` the coordinator will publish a plan for: every one on the restart
+    path, else those that change the GPU count (the batch stays, so the same count is no plan)."""
+    held, previous = set(), gpus
+    for step, target in schedule:
+        if restart or target != previous:
+            held.add(step)
+        previous = target
+    return frozenset(held)
+
+
 # TrainConfig validates its fields; a user typed flags, so errors name those.
 _FLAGS = {
     "TrainConfig.global_batch": "--batch",
@@ -138,6 +149,7 @@ def train(
             checkpoint_every=checkpoint_every,
             timeout_s=timeout_s,
             data_timeout_s=data_timeout_s,
+            hold_at_steps=declared_switches(schedule, gpus, restart),
         )
     except (EntryPointError, ValueError) as exc:  # SettingsError is a ValueError
         fail(_as_flags(str(exc)))
