@@ -36,6 +36,7 @@ from elastic_tasks.rank.checkpoint_writer import CheckpointWriter
 from elastic_tasks.rank.step_clock import LocalClock
 from elastic_tasks.board import EventKind, JobBoard, JobStatus, RankEvent
 from elastic_tasks.rank.collective import CollectiveFailure, HookWitness, collective
+from elastic_tasks.rank.plan_switch import PlanSwitch
 from elastic_tasks.rank.plan_watcher import Courier as _Courier
 from elastic_tasks.protocol import (
     FROM_CHECKPOINT,
@@ -61,7 +62,7 @@ from elastic_tasks.rank.sharding import EpochSampler, rank_slice
 from elastic_tasks.rank.state import ElasticState, TrainMeta, has_checkpoint, read_meta
 from elastic_tasks.rank.straggler import StragglerDetector
 from elastic_tasks.rank.wall_split import Phase, WallTimeline
-from elastic_tasks.coordinator.timeouts import RECOVERY_POLL_S, plan_wait_s
+from elastic_tasks.coordinator.timeouts import plan_wait_s
 
 log = logging.getLogger(__name__)
 RECENT_EVALS = 8  # periodic evaluations carried in rank 0's status (JobStatus.recent_evals)
@@ -111,8 +112,7 @@ class _Rank:
         self.loader = RankLoader(self.recipe, self.sampler)  # one per rank; loader workers outlive generations
         self.detector = StragglerDetector(self.config.straggler_alpha, self.config.straggler_threshold)
         self.courier = _Courier(board)
-        self.plan: Plan | None = None
-        self.pending: Plan | None = None
+        self.switch = PlanSwitch(board, self.config, self.wall)  # the plan in effect and the next one
         self.rank = 0
         self.world = 0
         self.ddp: DistributedDataParallel | None = None
@@ -127,6 +127,10 @@ class _Rank:
         abort = abort_communicators if self.backend == "nccl" else (lambda: None)  # gloo cannot abort in flight
         self.watch = HangWatch(board.aborted_generation, self.config.data_timeout_s, abort=abort, simulate_hang=simulate_hang_requested())
         self.wall.record(Phase.START, t_created, time.time())
+
+    @property
+    def plan(self) -> Plan | None:
+        return self.switch.current
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -175,7 +179,7 @@ class _Rank:
     def _enter(self, plan: Plan, t_stop: float) -> None:
         """Join generation ``plan.version``: new process group, state from the source, new DDP."""
         self._drop_group()
-        self.plan, self.pending = plan, None
+        self.switch.adopt(plan)
         self.rank, self.world = plan.members.index(self.spec.uid), len(plan.members)
         self.agreement = Agreement(self.rank, self.world)
         with collective(f"rendezvous of generation {plan.version}"):
@@ -283,17 +287,7 @@ class _Rank:
         self.records.recoveries.append((failed, step))
         log.warning("rank %s: generation %d failed at step %d: %s", self.spec.uid, failed, step, exc)
         self.board.post(RankEvent(EventKind.FAILED, self.spec.uid, failed, step, detail=str(exc)[:300]))
-        deadline = time.monotonic() + plan_wait_s(self.config)
-        version = failed
-        while time.monotonic() < deadline:
-            latest = self.courier.refresh()
-            while version < latest:
-                version += 1
-                plan = self.board.plan(version, timeout=self.config.timeout_s)
-                if plan.kind in (PlanKind.RECOVER, PlanKind.STOP, PlanKind.CHECKPOINT_STOP):
-                    return plan if self.spec.uid in plan.members else None
-            time.sleep(RECOVERY_POLL_S)
-        return None
+        return self.switch.recovery(failed, self.spec.uid, self.courier)
 
     # -- training ------------------------------------------------------------------------------
 
@@ -331,7 +325,7 @@ class _Rank:
     def _switch_batch(self, plan: Plan) -> None:
         """A batch-only plan: keep the process group and DDP; the next step runs the new batch."""
         t_stop = time.time()
-        self.plan, self.pending = plan, None
+        self.switch.adopt(plan)
         self._apply_batch(plan)
         self.batches = None  # what it prefetched at the old batch is read again from the switch step
         self._open_loader()
@@ -402,7 +396,7 @@ class _Rank:
         if result is not None:
             self.records.evals.append(result)
         assert self.plan is not None
-        return self._next_plan(self.plan.version if agreed is None else agreed.newest_version)
+        return self.switch.due(self.plan.version if agreed is None else agreed.newest_version, self.state.meta.step)
 
     def _settle(self) -> None:
         """Wait for the agreement in flight and record it (before a switch, a stop or the end);
@@ -410,26 +404,6 @@ class _Rank:
         assert self.agreement is not None
         with self.watch.data_plane(self.plan.version if self.plan else -1, "agreement"):
             self._record(self.agreement.settle(self.noise.value))
-
-    def _next_plan(self, newest: int) -> Plan | None:
-        """The plan to switch to at this boundary: the newest any rank has seen, once its step has come."""
-        plan = self.plan
-        assert plan is not None
-        if newest == plan.version and self.pending is None and self.state.meta.step in self.config.hold_at_steps:
-            newest = plan.version + 1  # a declared switch step: every rank waits here for the next plan
-            with self.wall.phase(Phase.REGROUP):
-                candidate = self.board.plan(newest, timeout=self.config.data_timeout_s)
-        elif newest > plan.version and (self.pending is None or newest > self.pending.version):
-            candidate = self.board.plan(newest, timeout=self.config.timeout_s)
-        else:
-            candidate = None
-        if candidate is not None:
-            if candidate.kind != PlanKind.RECOVER:  # recovery plans are for ranks in recovery
-                self.pending = candidate
-        pending = self.pending
-        if pending is not None and (pending.at_step is None or self.state.meta.step >= pending.at_step):
-            return pending
-        return None
 
     def _record(self, agreed: Agreed | None) -> None:
         """Keep a read agreement's step record; flag stragglers; rank 0 reports status."""
