@@ -34,7 +34,7 @@ from elastic_tasks.rank import step as steps
 from elastic_tasks.rank.agreement import Agreed, Agreement, StepOutcome
 from elastic_tasks.rank.checkpoint_writer import CheckpointWriter
 from elastic_tasks.rank.step_clock import LocalClock
-from elastic_tasks.board import EventKind, JobBoard, JobStatus, RankEvent
+from elastic_tasks.board import EventKind, JobBoard, RankEvent
 from elastic_tasks.rank.collective import CollectiveFailure, HookWitness, collective
 from elastic_tasks.rank.plan_switch import PlanSwitch
 from elastic_tasks.rank.plan_watcher import Courier as _Courier
@@ -46,7 +46,6 @@ from elastic_tasks.protocol import (
     RankExit,
     RankResult,
     RankSpec,
-    SwitchRecord,
 )
 from elastic_tasks.devices import default_backend, process_group_backend, rank_device
 from elastic_tasks.rank import lr as lrs
@@ -56,6 +55,7 @@ from elastic_tasks.rank.hang_watch import HangWatch, abort_communicators, config
 from elastic_tasks.rank.loader import RankLoader
 from elastic_tasks.rank.noise_scale import GradientNoiseProbe
 from elastic_tasks.rank.records import RankRecords
+from elastic_tasks.rank.reporting import RankReporter
 from elastic_tasks.recipe import TrainingRecipe, build_optimizer, load_entry_point, to_device
 from elastic_tasks.rank.scaling import accumulation_steps, initial_lr, micro_batches, rescale_lr
 from elastic_tasks.rank.sharding import EpochSampler, rank_slice
@@ -65,7 +65,6 @@ from elastic_tasks.rank.wall_split import Phase, WallTimeline
 from elastic_tasks.coordinator.timeouts import plan_wait_s
 
 log = logging.getLogger(__name__)
-RECENT_EVALS = 8  # periodic evaluations carried in rank 0's status (JobStatus.recent_evals)
 
 def run_rank(spec: RankSpec) -> RankResult:
     """Dask task: train as rank ``spec.uid`` on board ``spec.board_id`` until the job ends or the rank leaves."""
@@ -110,7 +109,6 @@ class _Rank:
         self.state.capture_rng()
         self.sampler = EpochSampler(len(self.recipe.dataset), self.config.seed)  # type: ignore[arg-type]
         self.loader = RankLoader(self.recipe, self.sampler)  # one per rank; loader workers outlive generations
-        self.detector = StragglerDetector(self.config.straggler_alpha, self.config.straggler_threshold)
         self.courier = _Courier(board)
         self.switch = PlanSwitch(board, self.config, self.wall)  # the plan in effect and the next one
         self.rank = 0
@@ -118,6 +116,8 @@ class _Rank:
         self.ddp: DistributedDataParallel | None = None
         self._stores: list[dist.TCPStore] = []
         self.records = RankRecords()
+        detector = StragglerDetector(self.config.straggler_alpha, self.config.straggler_threshold)
+        self.report = RankReporter(spec.uid, board, self.courier, self.records, detector)
         self.agreement: Agreement | None = None  # this generation's end-of-step agreements
         self.noise = GradientNoiseProbe()  # gradient noise scale for goodput (issue 14)
         self.witness = HookWitness()  # tells a failed gradient allreduce from the recipe's own errors
@@ -197,12 +197,7 @@ class _Rank:
             # The whole recipe step runs inside DDP's forward; step_fn gets the raw model (rank/forward.py).
             self.ddp = DistributedDataParallel(RecipeStep(self.state.model, self.recipe), init_sync=False, forward_sync_buffers=False)
         self.noise.attach(self.ddp, wrap=self.witness.wrap)
-        pause = time.time() - t_stop
-        meta = self.state.meta
-        self.records.switches.append(SwitchRecord(plan.version, plan.kind, meta.step, self.world, meta.global_batch, pause, plan.source))
-        self.records.step_times = []
-        if self.rank == 0:
-            self.board.post(RankEvent(EventKind.APPLIED, self.spec.uid, plan.version, meta.step, pause_s=pause, world_size=self.world))
+        self.report.switched(plan, self.state.meta, self.rank, self.world, time.time() - t_stop, plan.source)
 
     def _form_group(self, plan: Plan) -> None:
         # The store is the control plane (short timeout); the group's collectives the data plane.
@@ -329,11 +324,7 @@ class _Rank:
         self._apply_batch(plan)
         self.batches = None  # what it prefetched at the old batch is read again from the switch step
         self._open_loader()
-        meta, pause = self.state.meta, time.time() - t_stop
-        self.records.switches.append(SwitchRecord(plan.version, plan.kind, meta.step, self.world, meta.global_batch, pause, None))
-        self.records.step_times = []
-        if self.rank == 0:
-            self.board.post(RankEvent(EventKind.APPLIED, self.spec.uid, plan.version, meta.step, pause_s=pause, world_size=self.world))
+        self.report.switched(plan, self.state.meta, self.rank, self.world, time.time() - t_stop, None)
 
     def _step(self) -> StepOutcome:
         t0, cpu0 = time.perf_counter(), time.process_time()
@@ -406,25 +397,7 @@ class _Rank:
             self._record(self.agreement.settle(self.noise.value))
 
     def _record(self, agreed: Agreed | None) -> None:
-        """Keep a read agreement's step record; flag stragglers; rank 0 reports status."""
-        plan = self.plan
-        if agreed is None or plan is None:
-            return
-        record = agreed.record
-        self.records.history.append(record)
-        if record.loss_samples is not None:  # one rank's view of a step whose group failed
-            return
-        self.records.step_times.append(record.wall_s)
-        for uid in self.detector.update(dict(zip(plan.members, agreed.throughput, strict=True))):
-            self.records.stragglers.append((record.step, uid))
-            if self.rank == 0:
-                self.board.post(RankEvent(EventKind.STRAGGLER, uid, plan.version, record.step))
-        if self.rank == 0:
-            meta = self.state.meta
-            self.courier.status = JobStatus(
-                plan.version, meta.step, meta.samples_seen, self.world, meta.global_batch, record.loss, time.time(), record.noise_scale,
-                lr=record.lr, recent_evals=tuple(self.records.evals[-RECENT_EVALS:]),
-            )
+        self.report.stepped(agreed, self.plan, self.state.meta, self.rank, self.world)
 
     def _result(self, exit_: RankExit, evaluation: EvalResult | None = None) -> RankResult:
         return dataclasses.replace(self.records.result(self.spec.uid, exit_, self.state.meta, evaluation), wall=self.wall.snapshot())
