@@ -2,7 +2,7 @@
 
 A rank builds its recipe once, then lives through *generations* (numbered plans). Each
 generation is one process group whose rank 0 hosts the rendezvous (a fresh ``TCPStore`` on
-its own host, address published through the job board). On a plan change the surviving
+its own host, address published through the job board: ``process_group.py``). On a plan change the surviving
 ranks keep their process, model and optimizer tensors; they destroy the old process group,
 join the new one, and — if someone new joined — everyone copies the state of a survivor
 over the collective backend (no disk). Ranks not in the new plan leave cleanly.
@@ -10,7 +10,7 @@ over the collective backend (no disk). Ranks not in the new plan leave cleanly.
 Coordination is asynchronous (seed 002): a background thread (``courier.py``) watches the
 board for new plans while training runs; at the end of every step the ranks agree, in one
 tiny allreduce that also sums the step's loss (``agreement.py``), on the newest plan any of
-them has seen, and all switch at the same step boundary. A collective that fails (a peer
+them has seen, and all switch at the same step boundary (``plan_switch.py``). A collective that fails (a peer
 died) raises ``CollectiveFailure`` and sends the rank into recovery: it reports its step and
 waits for the coordinator's recovery plan, losing at most the step in flight.
 """
@@ -22,10 +22,8 @@ import dataclasses
 import logging
 import time
 from collections.abc import Iterator
-from datetime import timedelta
 
 import torch
-import torch.distributed as dist
 from distributed import get_client, get_worker
 from distributed.comm import get_address_host
 from torch.nn.parallel import DistributedDataParallel
@@ -37,6 +35,7 @@ from elastic_tasks.rank.step_clock import LocalClock
 from elastic_tasks.board import EventKind, JobBoard, RankEvent
 from elastic_tasks.rank.collective import CollectiveFailure, HookWitness, collective
 from elastic_tasks.rank.plan_switch import PlanSwitch
+from elastic_tasks.rank.process_group import ProcessGroups
 from elastic_tasks.rank.plan_watcher import Courier as _Courier
 from elastic_tasks.protocol import (
     FROM_CHECKPOINT,
@@ -47,11 +46,11 @@ from elastic_tasks.protocol import (
     RankResult,
     RankSpec,
 )
-from elastic_tasks.devices import default_backend, process_group_backend, rank_device
+from elastic_tasks.devices import default_backend, rank_device
 from elastic_tasks.rank import lr as lrs
 from elastic_tasks.rank.evaluate import RankEvaluation
 from elastic_tasks.rank.forward import RecipeStep
-from elastic_tasks.rank.hang_watch import HangWatch, abort_communicators, configure_nccl_error_mode, simulate_hang_requested
+from elastic_tasks.rank.hang_watch import HangWatch, abort_communicators, simulate_hang_requested
 from elastic_tasks.rank.loader import RankLoader
 from elastic_tasks.rank.noise_scale import GradientNoiseProbe
 from elastic_tasks.rank.records import RankRecords
@@ -79,9 +78,7 @@ def run_rank(spec: RankSpec) -> RankResult:
             board.post(RankEvent(EventKind.ERROR, spec.uid, spec.join_version, -1, detail=f"{type(exc).__name__}: {exc}"[:500]))
         raise
     finally:
-        if dist.is_initialized():
-            with contextlib.suppress(Exception):
-                dist.destroy_process_group()
+        ProcessGroups.drop()
 
 
 class _Rank:
@@ -114,7 +111,7 @@ class _Rank:
         self.rank = 0
         self.world = 0
         self.ddp: DistributedDataParallel | None = None
-        self._stores: list[dist.TCPStore] = []
+        self.groups = ProcessGroups(board, self.host, self.backend, self.config)
         self.records = RankRecords()
         detector = StragglerDetector(self.config.straggler_alpha, self.config.straggler_threshold)
         self.report = RankReporter(spec.uid, board, self.courier, self.records, detector)
@@ -183,7 +180,7 @@ class _Rank:
         self.rank, self.world = plan.members.index(self.spec.uid), len(plan.members)
         self.agreement = Agreement(self.rank, self.world)
         with collective(f"rendezvous of generation {plan.version}"):
-            self._form_group(plan)
+            self.groups.form(plan.version, self.rank, self.world)
         with self.wall.phase(Phase.STATE_TRANSFER):
             if plan.source == FROM_CHECKPOINT:
                 self.checkpoints.wait()
@@ -198,21 +195,6 @@ class _Rank:
             self.ddp = DistributedDataParallel(RecipeStep(self.state.model, self.recipe), init_sync=False, forward_sync_buffers=False)
         self.noise.attach(self.ddp, wrap=self.witness.wrap)
         self.report.switched(plan, self.state.meta, self.rank, self.world, time.time() - t_stop, plan.source)
-
-    def _form_group(self, plan: Plan) -> None:
-        # The store is the control plane (short timeout); the group's collectives the data plane.
-        timeout = timedelta(seconds=self.config.timeout_s)
-        configure_nccl_error_mode(self.backend)
-        if self.rank == 0:
-            store = dist.TCPStore(self.host, 0, self.world, is_master=True, timeout=timeout, wait_for_workers=False)
-            self.board.set_rendezvous(plan.version, self.host, store.port)
-        else:
-            host, port = self.board.rendezvous(plan.version, timeout=self.config.timeout_s)
-            store = dist.TCPStore(host, port, self.world, is_master=False, timeout=timeout)
-        # Keep the previous generation's store alive a little longer: a slow peer may still close on it.
-        self._stores = [*self._stores[-1:], store]
-        data_timeout = timedelta(seconds=self.config.data_timeout_s)
-        dist.init_process_group(process_group_backend(self.backend), store=store, rank=self.rank, world_size=self.world, timeout=data_timeout)
 
     def _apply_batch(self, plan: Plan) -> None:
         meta = self.state.meta
@@ -235,9 +217,7 @@ class _Rank:
         if self.agreement is not None:  # a peer failed during the next step: a completed agreement still counts
             self._record(self.agreement.salvage(self.noise.value))
             self.agreement = None
-        if dist.is_initialized():
-            with contextlib.suppress(Exception):
-                dist.destroy_process_group()
+        self.groups.drop()
 
     def _leave(self, plan: Plan, t_stop: float) -> RankResult:
         with self.wall.phase(Phase.CHECKPOINT):
