@@ -7,7 +7,7 @@ into micro-batches of ``micro``, for ``epochs`` epochs. The trainer's own estima
 small = each micro-batch's gradient, big = the step's) measures B_noise every step; the
 smoothed value is kept at ``points`` evenly spaced fractions of the run.
 
-The result is a step trajectory (``allocator.noise``): each measured value holds from halfway
+The result is a step trajectory (``allocator.physics.noise``): each measured value holds from halfway
 to the previous point to halfway to the next, what ``malleable profile --noise`` writes into
 the profile's ``noise_scale``. Measure over about the job's own length: a job takes the
 trajectory over the fraction of *its* work.
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from allocator.noise import NoiseTrajectory
+from allocator.physics.noise import NoiseTrajectory
 from elastic_tasks.rank.noise_scale import GradientNoiseProbe
 from elastic_tasks.rank.probe_schedule import SampleSchedule
 from elastic_tasks.rank.sharding import EpochSampler

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from allocator.physics import Physics
+from allocator.physics.choice import Physics
 from allocator.plan import Plan, make_plan
 from allocator.policies import UnknownPolicyError, make_policy
 from allocator.types import InfeasibleError

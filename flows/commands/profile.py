@@ -10,8 +10,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from allocator.profile_io import profile_to_dict
-from allocator.throughput import t_comm
+from allocator.profiles.io import profile_to_dict
+from allocator.physics.throughput import t_comm
 from elastic_tasks.profiling.cache import ProfileCache
 from elastic_tasks.profiling.noise_trajectory import NoiseMeasurement, measure_noise_trajectory
 from elastic_tasks.profiling.settings import ProfilerError, ProfileSettings

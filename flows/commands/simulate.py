@@ -18,7 +18,7 @@ from allocator.admission import OverflowMode
 from allocator.loop import LoopResult, LoopSettings
 from allocator.metrics import RunMetrics, schedule_csv, summarise
 from allocator.policies import UnknownPolicyError, make_policy, policy_parameters
-from allocator.profile_io import load_profile_dir
+from allocator.profiles.io import load_profile_dir
 from allocator.simulator import Physics, RescaleCost, physics_of, simulate
 from allocator.simulator.run import check_physics
 from allocator.simulator.experiments import EXPERIMENTS, SEED000_INTERVAL_S, Outcome, run_setting
