@@ -29,8 +29,8 @@ from elastic_tasks.coordinator.outcomes import JobFailed
 from elastic_tasks.coordinator.timeouts import plan_wait_s
 from elastic_tasks.protocol import PlanKind, RankExit, TrainConfig
 from elastic_tasks.recipe import EntryPointError
-from elastic_tasks.rank.sharding import EpochSampler
-from elastic_tasks.rank.straggler import StragglerDetector
+from elastic_tasks.rank.data.sharding import EpochSampler
+from elastic_tasks.rank.health.straggler import StragglerDetector
 from tests.recipe_sources import failing_forward_recipe
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]

@@ -32,13 +32,13 @@ from typer.testing import CliRunner
 from elastic_tasks.preflight import RecipeCheckError, check_entry_point, check_recipe, preflight_device
 from elastic_tasks.protocol import EvalResult
 from elastic_tasks.rank import lr as lrs
-from elastic_tasks.rank.eval_schedule import EvalSchedule
-from elastic_tasks.rank.evaluate import EVAL_BATCH, EvalLoader, RankEvaluation, evaluate
+from elastic_tasks.rank.evaluation.schedule import EvalSchedule
+from elastic_tasks.rank.evaluation.evaluate import EVAL_BATCH, EvalLoader, RankEvaluation, evaluate
 from elastic_tasks.rank.forward import RecipeStep
-from elastic_tasks.rank.loader import RankLoader
+from elastic_tasks.rank.data.loader import RankLoader
 from elastic_tasks.rank.scaling import LRRamp
-from elastic_tasks.rank.sharding import EpochSampler
-from elastic_tasks.rank.state import ElasticState, TrainMeta
+from elastic_tasks.rank.data.sharding import EpochSampler
+from elastic_tasks.rank.state.elastic import ElasticState, TrainMeta
 from elastic_tasks.recipe import LoaderOptions, TrainingRecipe, build_optimizer, optimizer_input
 from tests import friction_recipes as fr
 
@@ -283,7 +283,7 @@ def test_5_sharded_evaluation_by_seconds_feeds_reduce_on_plateau_on_real_ranks(t
     from elastic_tasks.cluster import WorkerPool, warm_up
     from elastic_tasks.coordinator.job import JobCoordinator
     from elastic_tasks.protocol import TrainConfig
-    from elastic_tasks.rank.state import read_checkpoint
+    from elastic_tasks.rank.state.elastic import read_checkpoint
 
     entry = "tests.friction_recipes:plateau_recipe"
     config = TrainConfig(global_batch=16, max_steps=40, max_batch_per_gpu=fr.EVAL_CAP, timeout_s=60.0, checkpoint_dir=str(tmp_path))

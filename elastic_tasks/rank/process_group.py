@@ -15,7 +15,7 @@ import torch.distributed as dist
 from elastic_tasks.board import JobBoard
 from elastic_tasks.devices import process_group_backend
 from elastic_tasks.protocol import TrainConfig
-from elastic_tasks.rank.hang_watch import configure_nccl_error_mode
+from elastic_tasks.rank.health.hang_watch import configure_nccl_error_mode
 
 
 class ProcessGroups:

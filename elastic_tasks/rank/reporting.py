@@ -14,8 +14,8 @@ from elastic_tasks.protocol import Plan, SwitchRecord
 from elastic_tasks.rank.agreement import Agreed
 from elastic_tasks.rank.plan_watcher import Courier
 from elastic_tasks.rank.records import RankRecords
-from elastic_tasks.rank.state import TrainMeta
-from elastic_tasks.rank.straggler import StragglerDetector
+from elastic_tasks.rank.state.elastic import TrainMeta
+from elastic_tasks.rank.health.straggler import StragglerDetector
 
 RECENT_EVALS = 8  # periodic evaluations carried in rank 0's status (JobStatus.recent_evals)
 

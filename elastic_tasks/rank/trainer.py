@@ -30,10 +30,10 @@ from torch.nn.parallel import DistributedDataParallel
 
 from elastic_tasks.rank import step as steps
 from elastic_tasks.rank.agreement import Agreed, Agreement, StepOutcome
-from elastic_tasks.rank.checkpoint_writer import CheckpointWriter
+from elastic_tasks.rank.state.checkpoint_writer import CheckpointWriter
 from elastic_tasks.rank.step_clock import LocalClock
 from elastic_tasks.board import EventKind, JobBoard, RankEvent
-from elastic_tasks.rank.collective import CollectiveFailure, HookWitness, collective
+from elastic_tasks.rank.health.collective import CollectiveFailure, HookWitness, collective
 from elastic_tasks.rank.plan_switch import PlanSwitch
 from elastic_tasks.rank.process_group import ProcessGroups
 from elastic_tasks.rank.plan_watcher import Courier as _Courier
@@ -48,18 +48,18 @@ from elastic_tasks.protocol import (
 )
 from elastic_tasks.devices import default_backend, rank_device
 from elastic_tasks.rank import lr as lrs
-from elastic_tasks.rank.evaluate import RankEvaluation
+from elastic_tasks.rank.evaluation.evaluate import RankEvaluation
 from elastic_tasks.rank.forward import RecipeStep
-from elastic_tasks.rank.hang_watch import HangWatch, abort_communicators, simulate_hang_requested
-from elastic_tasks.rank.loader import RankLoader
-from elastic_tasks.rank.noise_scale import GradientNoiseProbe
+from elastic_tasks.rank.health.hang_watch import HangWatch, abort_communicators, simulate_hang_requested
+from elastic_tasks.rank.data.loader import RankLoader
+from elastic_tasks.rank.noise.scale import GradientNoiseProbe
 from elastic_tasks.rank.records import RankRecords
 from elastic_tasks.rank.reporting import RankReporter
 from elastic_tasks.recipe import TrainingRecipe, build_optimizer, load_entry_point, to_device
 from elastic_tasks.rank.scaling import accumulation_steps, initial_lr, micro_batches, rescale_lr
-from elastic_tasks.rank.sharding import EpochSampler, rank_slice
-from elastic_tasks.rank.state import ElasticState, TrainMeta, has_checkpoint, read_meta
-from elastic_tasks.rank.straggler import StragglerDetector
+from elastic_tasks.rank.data.sharding import EpochSampler, rank_slice
+from elastic_tasks.rank.state.elastic import ElasticState, TrainMeta, has_checkpoint, read_meta
+from elastic_tasks.rank.health.straggler import StragglerDetector
 from elastic_tasks.rank.wall_split import Phase, WallTimeline
 from elastic_tasks.coordinator.timeouts import plan_wait_s
 
@@ -120,7 +120,7 @@ class _Rank:
         self.witness = HookWitness()  # tells a failed gradient allreduce from the recipe's own errors
         self.checkpoints = CheckpointWriter()  # rank 0's periodic checkpoints, off the step loop
         self.local_clock = LocalClock(self.device)  # straggler timing: CUDA events on a GPU
-        # Frees a data-plane collective that a lost peer left hanging (nccl); rank/hang_watch.py.
+        # Frees a data-plane collective that a lost peer left hanging (nccl); rank/health/hang_watch.py.
         abort = abort_communicators if self.backend == "nccl" else (lambda: None)  # gloo cannot abort in flight
         self.watch = HangWatch(board.aborted_generation, self.config.data_timeout_s, abort=abort, simulate_hang=simulate_hang_requested())
         self.wall.record(Phase.START, t_created, time.time())

@@ -73,7 +73,7 @@ def _as_flags(message: str) -> str:
 
 def _already_finished(path: Path, name: str) -> bool:
     """A reused directory whose checkpoint says finished: say so instead of training nothing."""
-    from elastic_tasks.rank.state import check_readable, has_checkpoint, read_meta
+    from elastic_tasks.rank.state.elastic import check_readable, has_checkpoint, read_meta
 
     if not has_checkpoint(path):
         return False
