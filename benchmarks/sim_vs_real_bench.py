@@ -269,7 +269,7 @@ def main() -> None:
     if args.runs < 1 or (args.runs > 1 and not args.refit):
         ap.error("--runs: a positive count, and only with --refit")
 
-    from flows.commands.console import library_environment
+    from flows.commands.shared.console import library_environment
 
     # The CLI's own Prefect settings (telemetry off, 120 s for the temporary server to start:
     # a first start on a fresh Prefect home migrates its database and took > 20 s here).

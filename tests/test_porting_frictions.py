@@ -392,7 +392,7 @@ def test_6_live_line_shows_step_loss_lr_rate_gpus_batch_and_each_evaluation_once
     from rich.console import Console
 
     from elastic_tasks.board import JobStatus
-    from flows.commands.live import StepProgress
+    from flows.commands.shared.live import StepProgress
 
     out, logged = io.StringIO(), []
     progress = StepProgress(Console(file=out, width=200), 30, lambda: None, on_eval=logged.append, print_every_s=0.0)

@@ -17,8 +17,8 @@ from elastic_tasks.profiling.noise_trajectory import NoiseMeasurement, measure_n
 from elastic_tasks.profiling.settings import ProfilerError, ProfileSettings
 from elastic_tasks.profiling.profiler import ProfileReport, profile_cached
 from elastic_tasks.recipe import load_entry_point
-from flows.commands.common import settings_or_fail
-from flows.commands.console import EXIT_FAILED, console, fail
+from flows.commands.shared.common import settings_or_fail
+from flows.commands.shared.console import EXIT_FAILED, console, fail
 from flows.config.paths import check_output_dir, check_output_file
 
 

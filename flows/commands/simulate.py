@@ -26,7 +26,7 @@ from allocator.types import JobSpec
 from allocator.workloads.seed000 import load_category_profiles
 from allocator.workloads.trace import TraceError, read_trace
 from flows.idle_replay import replay_idle_nodes
-from flows.commands.console import EXIT_FAILED, console, fail
+from flows.commands.shared.console import EXIT_FAILED, console, fail
 from flows.config.jobfile import load_jobs_file, load_noise_file, with_noise
 from flows.config.paths import check_output_dir, read_text_file
 

@@ -14,8 +14,8 @@ from typing import Annotated
 
 import typer
 
-from flows.commands.common import settings_or_fail, store_or_fail
-from flows.commands.console import err_console, fail, print_raw
+from flows.commands.shared.common import settings_or_fail, store_or_fail
+from flows.commands.shared.console import err_console, fail, print_raw
 
 # Flags that describe one job: with --file they would be ignored, so they are refused.
 _JOB_FLAGS = ("samples", "epochs", "dataset_samples", "min_batch", "max_batch", "min_gpus", "max_gpus", "name", "profile")
