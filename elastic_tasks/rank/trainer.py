@@ -2,17 +2,18 @@
 
 A rank builds its recipe once, then lives through *generations* (numbered plans). Each
 generation is one process group whose rank 0 hosts the rendezvous (a fresh ``TCPStore`` on
-its own host, address published through the job board: ``process_group.py``). On a plan change the surviving
-ranks keep their process, model and optimizer tensors; they destroy the old process group,
-join the new one, and — if someone new joined — everyone copies the state of a survivor
-over the collective backend (no disk). Ranks not in the new plan leave cleanly.
+its own host, address published through the job board; ``process_group.py``). On a plan
+change the surviving ranks keep their process, model and optimizer tensors; they destroy the
+old process group, join the new one, and — if someone new joined — everyone copies the state
+of a survivor over the collective backend (no disk). Ranks not in the new plan leave cleanly.
 
-Coordination is asynchronous (seed 002): a background thread (``courier.py``) watches the
+Coordination is asynchronous (seed 002): a background thread (``plan_watcher.py``) watches the
 board for new plans while training runs; at the end of every step the ranks agree, in one
 tiny allreduce that also sums the step's loss (``agreement.py``), on the newest plan any of
-them has seen, and all switch at the same step boundary (``plan_switch.py``). A collective that fails (a peer
-died) raises ``CollectiveFailure`` and sends the rank into recovery: it reports its step and
-waits for the coordinator's recovery plan, losing at most the step in flight.
+them has seen, and all switch at the same step boundary (``plan_switch.py``). A collective
+that fails (a peer died) raises ``CollectiveFailure`` and sends the rank into recovery: it
+reports its step and waits for the coordinator's recovery plan, losing at most the step in
+flight. What it records and reports as it goes is ``reporting.py``.
 """
 
 from __future__ import annotations
