@@ -63,7 +63,7 @@ class TrainConfig:
     straggler_threshold: float = 0.8
     noise_probe: bool = True  # measure the gradient noise scale (goodput_dp reads it); off only to measure its cost
     data_timeout_s: float = 600.0
-    broadcast_chunk_mb: int = 256  # a state broadcast's staging buffer, at most (rank/chunked.py)
+    broadcast_chunk_mb: int = 256  # a state broadcast's staging buffer, at most (rank/state/chunked.py)
     hold_at_steps: frozenset[int] = frozenset()
     """Step boundaries a switch was declared for in advance (``malleable train --rescale-at``):
     there every rank waits (up to ``data_timeout_s``) for the coordinator's next plan rather than
@@ -182,7 +182,7 @@ class StepRecord:
     wall_s: float = 0.0  # from this step's start to the next step's start, on the recording rank
     agree_s: float = 0.0  # of which spent blocked on this step's agreement (it overlaps the next step)
     cpu_s: float = 0.0  # CPU time of the recording rank's process (all its threads) over wall_s
-    noise_scale: float | None = None  # smoothed gradient noise scale B_noise so far (elastic_tasks.rank.noise_scale)
+    noise_scale: float | None = None  # smoothed gradient noise scale B_noise so far (elastic_tasks.rank.noise.scale)
     # The samples ``loss``/``accuracy`` average over when not the global batch: the step's
     # agreement failed with its group (a peer died), so only this rank's own samples are known.
     loss_samples: int | None = None

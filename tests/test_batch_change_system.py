@@ -19,7 +19,7 @@ from deploy.local import local_gpu_cluster
 from elastic_tasks.cluster import WorkerPool, warm_up
 from elastic_tasks.coordinator.job import JobCoordinator
 from elastic_tasks.protocol import PlanKind, TrainConfig
-from elastic_tasks.rank.sharding import EpochSampler
+from elastic_tasks.rank.data.sharding import EpochSampler
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 

@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 from elastic_tasks.coordinator.lifecycle import CoordinatorState, Lifecycle
 from elastic_tasks.protocol import FROM_CHECKPOINT, Plan, PlanKind, TrainConfig
 from elastic_tasks.rank.scaling import LRRamp, accumulation_steps, initial_lr, micro_batches, rescale_lr
-from elastic_tasks.rank.sharding import EpochSampler, rank_slice
-from elastic_tasks.rank.state import ElasticState, TrainMeta, has_checkpoint, read_meta
-from elastic_tasks.rank.straggler import StragglerDetector
+from elastic_tasks.rank.data.sharding import EpochSampler, rank_slice
+from elastic_tasks.rank.state.elastic import ElasticState, TrainMeta, has_checkpoint, read_meta
+from elastic_tasks.rank.health.straggler import StragglerDetector
 
 
 @settings(max_examples=60, deadline=None)

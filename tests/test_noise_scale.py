@@ -12,8 +12,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel
 
-from elastic_tasks.rank.noise_scale import GradientNoiseProbe, NoiseScaleEstimator, NoiseTerms, noise_terms
-from elastic_tasks.rank.probe_schedule import SampleSchedule
+from elastic_tasks.rank.noise.scale import GradientNoiseProbe, NoiseScaleEstimator, NoiseTerms, noise_terms
+from elastic_tasks.rank.noise.probe_schedule import SampleSchedule
 
 D = 20
 W_TRUE = np.linspace(-1.0, 1.0, D)

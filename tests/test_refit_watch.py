@@ -9,7 +9,7 @@ from allocator.loop import LoopSettings, run_loop
 from allocator.policies import make_policy
 from allocator.simulator.clock import SimClock
 from allocator.simulator.executor import SimExecutor
-from allocator.throughput import t_comm, t_proc
+from allocator.physics.throughput import t_comm, t_proc
 from allocator.types import AllreduceModel
 from elastic_tasks.board import JobStatus
 from elastic_tasks.coordinator.refit_watch import JobRefit, RefitSettings, StepWatch

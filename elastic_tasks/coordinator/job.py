@@ -32,7 +32,7 @@ from elastic_tasks.protocol import FROM_CHECKPOINT, Plan, PlanKind, RankResult, 
 from elastic_tasks.recipe import load_entry_point
 from elastic_tasks.coordinator.recovery import Recovery, RecoveryRecord
 from elastic_tasks.coordinator.restart import restart_rescale
-from elastic_tasks.rank.state import has_checkpoint
+from elastic_tasks.rank.state.elastic import has_checkpoint
 from elastic_tasks.coordinator.timeouts import startup_s, suspend_s
 from elastic_tasks.rank.trainer import run_rank
 

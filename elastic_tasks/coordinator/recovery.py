@@ -9,7 +9,7 @@ scheduler's view of the workers is then the only witness, checked on every pump 
 On nccl a dead peer does not make the survivors' collective fail: it hangs. So the same
 check tells the ranks (``JobBoard.abort_generation``) as soon as one member of the running
 generation is dead; each rank's ``HangWatch`` then aborts its communicator and the survivors
-report as they would on gloo (rank/hang_watch.py, docs/elastic.md "Two planes").
+report as they would on gloo (rank/health/hang_watch.py, docs/elastic.md "Two planes").
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from elastic_tasks.board import EventKind, RankEvent
 from elastic_tasks.coordinator.lifecycle import CoordinatorState
 from elastic_tasks.protocol import FROM_CHECKPOINT, Plan, PlanKind
-from elastic_tasks.rank.state import has_checkpoint
+from elastic_tasks.rank.state.elastic import has_checkpoint
 
 if TYPE_CHECKING:
     from elastic_tasks.coordinator.job import JobCoordinator

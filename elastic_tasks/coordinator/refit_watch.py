@@ -1,4 +1,4 @@
-"""A running job's measured steps, refitted into its throughput model (``allocator.refit``).
+"""A running job's measured steps, refitted into its throughput model (``allocator.profiles.refit``).
 
 The executor reads each job's status now and then (``JobCoordinator.status``: rank 0's step
 counter, world size, global batch, plan version and the wall time it recorded its latest step).
@@ -22,8 +22,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from allocator.measured_types import MeasuredRate, MeasuredTable
-from allocator.refit import OnlineThroughputFit, StepObservation
+from allocator.profiles.measured_types import MeasuredRate, MeasuredTable
+from allocator.profiles.refit import OnlineThroughputFit, StepObservation
 from allocator.types import ThroughputProfile
 from elastic_tasks.board import JobStatus
 from elastic_tasks.rank.scaling import accumulation_steps

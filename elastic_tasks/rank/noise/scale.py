@@ -21,7 +21,7 @@ Where the two batch sizes come from (``GradientNoiseProbe``), on a sampled step:
 * one rank, one micro-batch: no second batch size, no estimate that step.
 
 What it costs (issue 26): norms are fused (``torch._foreach_norm``, float32 results, no
-float64 copies), the values stay on the device until a step later (``rank/deferred.py``: no
+float64 copies), the values stay on the device until a step later (``rank/noise/deferred.py``: no
 host synchronisation on the step's path), and only every N-th step is sampled
 (``SampleSchedule``). Steps whose norms are not finite (an fp16 overflow that GradScaler
 skips) are left out of the averages, and norms are divided by GradScaler's loss scale.
@@ -37,8 +37,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
-from elastic_tasks.rank.deferred import Deferred
-from elastic_tasks.rank.probe_schedule import SampleSchedule
+from elastic_tasks.rank.noise.deferred import Deferred
+from elastic_tasks.rank.noise.probe_schedule import SampleSchedule
 
 
 @dataclass(frozen=True, slots=True)
