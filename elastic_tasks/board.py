@@ -56,6 +56,7 @@ class JobStatus:
     # The job's latest periodic evaluations (recipe.eval_every), a few: statuses are sampled,
     # so one pushed between two reads still reaches the reader.
     recent_evals: tuple[EvalResult, ...] = ()
+    accum_steps: int = 1  # micro-steps per step the ranks ran (the plan's, else the trainer's rule)
 
 
 class JobBoard:

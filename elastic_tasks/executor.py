@@ -202,9 +202,9 @@ class DaskExecutor:
                 self._refits.setdefault(job_id, JobRefit(spec.profile, self.refit)).watch.restart()
             self._launched.setdefault(job_id, time.time())
             job = self.jobs[job_id] = JobCoordinator(self.client, self.pool, job_id, self.entrypoint(spec), self._config(spec, after))
-            outcome = job.start(after.gpus, after.batch)
+            outcome = job.start(after.gpus, after.batch, after.accum_steps)
             return RescaleEvent(now, job_id, None, after, RescaleKind.START, outcome.pause_s, measured=True)
-        outcome = job.rescale(after.gpus, after.batch)
+        outcome = job.rescale(after.gpus, after.batch, accum_steps=after.accum_steps)
         if outcome is None:
             return None  # the job ended first: nothing was rescaled, its completion frees it
         kind = RescaleKind.BATCH if outcome.kind == PlanKind.BATCH else RescaleKind.IN_PLACE

@@ -124,6 +124,9 @@ class Plan:
     global_batch: int
     at_step: int | None = None
     source: str | None = None
+    accum_steps: int | None = None
+    """The policy's accumulation (``Share.accum_steps``), passed whole; None: the trainer's own
+    rule (the smallest that fits ``max_batch_per_gpu``), for plans no policy decided."""
 
     def __post_init__(self) -> None:
         if not (isinstance(self.version, int) and self.version >= 0):
@@ -143,6 +146,14 @@ class Plan:
                 )
         if self.source is not None and self.source != FROM_CHECKPOINT and self.source not in self.members:
             raise ValueError(f"Plan.source={self.source!r}: not among members {self.members!r}")
+        if self.accum_steps is not None:
+            if not (isinstance(self.accum_steps, int) and not isinstance(self.accum_steps, bool) and self.accum_steps >= 1):
+                raise ValueError(f"Plan.accum_steps={self.accum_steps!r}: must be an integer >= 1 or None")
+            if self.members and self.global_batch < len(self.members) * self.accum_steps:
+                raise ValueError(
+                    f"Plan.accum_steps={self.accum_steps!r}: global batch {self.global_batch} leaves some of "
+                    f"{len(self.members)} GPUs x {self.accum_steps} micro-steps no sample"
+                )
 
 
 def check_batch(batch: int, gpus: int = 1) -> None:

@@ -97,3 +97,23 @@ def test_a_declared_switch_step_holds_the_ranks_until_its_plan_is_read(client):
     assert shrink is not None and (shrink.kind, shrink.step) == (PlanKind.RESCALE, SWITCH)
     worlds = {h.step: h.world_size for h in result.history}
     assert [worlds[t] for t in range(STEPS)] == [2] * SWITCH + [1] * (STEPS - SWITCH)
+
+
+def test_the_policys_accumulation_reaches_the_ranks_whole(client):
+    """``start``/``rescale`` with ``accum_steps`` (the policy's ``Share.accum_steps``): the ranks
+    run that many micro-steps, not their own rule's 1 (no memory cap here), and an
+    accumulation-only change is a batch-only plan on the same group."""
+    client.wait_for_workers(2, timeout=60)
+    config = TrainConfig(global_batch=BATCH, max_steps=STEPS, timeout_s=20.0, hold_at_steps=frozenset({SWITCH}))
+    job = JobCoordinator(client, WorkerPool(client), f"accum-{time.monotonic_ns()}", ENTRY, config)
+    job.start(2, accum_steps=5)
+    deadline = time.monotonic() + 60
+    while (job.status() is None or job.status().step < 3) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert job.status().accum_steps == 5
+    change = job.rescale(2, accum_steps=1, at_step=SWITCH)
+    result = job.wait(120)
+    assert change is not None and (change.kind, change.step) == (PlanKind.BATCH, SWITCH)
+    assert job.status().accum_steps == 1
+    # The micro-steps change the float summation order only: every step trained, batch unchanged.
+    assert sorted(h.step for h in result.history) == list(range(STEPS)) and {h.global_batch for h in result.history} == {BATCH}

@@ -147,7 +147,7 @@ class Recovery:
             else:
                 log.warning("job %s: generation %d lost %s; %d survivor(s) continue", job.job_id, failed_version, why, len(survivors))
             job.publish(new_plan)
-            job.members, job.global_batch = new_plan.members, new_plan.global_batch
+            job.members, job.global_batch, job.accum_steps = new_plan.members, new_plan.global_batch, new_plan.accum_steps
             record = RecoveryRecord(failed_version, version, survivors, lost, resumed, last_step, None, new_plan.source == FROM_CHECKPOINT)
             self.records.append(record)
         # Wait for the new generation here (the pump must keep pumping events meanwhile).

@@ -37,7 +37,7 @@ class RankReporter:
         if rank == 0:
             self.board.post(RankEvent(EventKind.APPLIED, self.uid, plan.version, meta.step, pause_s=pause, world_size=world))
 
-    def stepped(self, agreed: Agreed | None, plan: Plan | None, meta: TrainMeta, rank: int, world: int) -> None:
+    def stepped(self, agreed: Agreed | None, plan: Plan | None, meta: TrainMeta, rank: int, world: int, accum: int = 1) -> None:
         """Keep a read agreement's step record; flag stragglers; rank 0 reports status."""
         if agreed is None or plan is None:
             return
@@ -53,5 +53,5 @@ class RankReporter:
         if rank == 0:
             self.courier.status = JobStatus(
                 plan.version, meta.step, meta.samples_seen, world, meta.global_batch, record.loss, time.time(), record.noise_scale,
-                lr=record.lr, recent_evals=tuple(self.records.evals[-RECENT_EVALS:]),
+                lr=record.lr, recent_evals=tuple(self.records.evals[-RECENT_EVALS:]), accum_steps=accum,
             )

@@ -57,7 +57,7 @@ from elastic_tasks.rank.noise.scale import GradientNoiseProbe
 from elastic_tasks.rank.records import RankRecords
 from elastic_tasks.rank.reporting import RankReporter
 from elastic_tasks.recipe import TrainingRecipe, build_optimizer, load_entry_point, to_device
-from elastic_tasks.rank.scaling import accumulation_steps, initial_lr, micro_batches, rescale_lr
+from elastic_tasks.rank.scaling import initial_lr, micro_batches, plan_accumulation, rescale_lr
 from elastic_tasks.rank.data.sharding import EpochSampler, rank_slice
 from elastic_tasks.rank.state.elastic import ElasticState, TrainMeta, has_checkpoint, read_meta
 from elastic_tasks.rank.health.straggler import StragglerDetector
@@ -111,6 +111,7 @@ class _Rank:
         self.switch = PlanSwitch(board, self.config, self.wall)  # the plan in effect and the next one
         self.rank = 0
         self.world = 0
+        self.accum = 1  # micro-steps per step of the generation in effect (rank/scaling.plan_accumulation)
         self.ddp: DistributedDataParallel | None = None
         self.groups = ProcessGroups(board, self.host, self.backend, self.config)
         self.records = RankRecords()
@@ -205,12 +206,12 @@ class _Rank:
         elif plan.global_batch != meta.global_batch:
             lr = rescale_lr(meta.lr, meta.step, meta.global_batch, plan.global_batch, self.config.lr_ramp_steps)
             self.state.meta = dataclasses.replace(meta, global_batch=plan.global_batch, lr=lr)
+        self.accum = plan_accumulation(plan.accum_steps, plan.global_batch, self.world, self.config.max_batch_per_gpu)
 
     def _open_loader(self) -> None:
         """A DataLoader over this generation's share of the stream, from the position all ranks agree on."""
         meta = self.state.meta
-        accum = accumulation_steps(meta.global_batch, self.world, self.config.max_batch_per_gpu)
-        self.batches = self.loader.start(meta.samples_seen, meta.global_batch, self.world, self.rank, accum)
+        self.batches = self.loader.start(meta.samples_seen, meta.global_batch, self.world, self.rank, self.accum)
 
     def _drop_group(self) -> None:
         self.ddp = None
@@ -316,7 +317,7 @@ class _Rank:
         local = indices[lo:hi]
         if self.config.record_indices:
             self.records.indices.append((meta.step, tuple(int(i) for i in local)))
-        chunks = micro_batches(len(local), accumulation_steps(batch, self.world, self.config.max_batch_per_gpu))
+        chunks = micro_batches(len(local), self.accum)
         lr_factor = lrs.lr_factor(self.recipe, meta.lr.at(meta.step), meta.samples_seen)
         self.state.optimizer.zero_grad(set_to_none=True)
         ddp, batches, recipe, scaler = self.ddp, self.batches, self.recipe, self.state.scaler
@@ -378,7 +379,7 @@ class _Rank:
             self._record(self.agreement.settle(self.noise.value))
 
     def _record(self, agreed: Agreed | None) -> None:
-        self.report.stepped(agreed, self.plan, self.state.meta, self.rank, self.world)
+        self.report.stepped(agreed, self.plan, self.state.meta, self.rank, self.world, self.accum)
 
     def _result(self, exit_: RankExit, evaluation: EvalResult | None = None) -> RankResult:
         return dataclasses.replace(self.records.result(self.spec.uid, exit_, self.state.meta, evaluation), wall=self.wall.snapshot())
