@@ -5,7 +5,8 @@ workers; job A (``resnet_small`` by default) with no offline profile — the neu
 ``malleable submit`` without ``--profile`` gets — runs alone on both workers; job B arrives
 ``--b-arrival`` seconds later, A shrinks to one worker and B takes the other; when B finishes A
 grows back. Each generation's predicted and measured samples/s come from the store (what
-``malleable jobs --generations`` shows).
+``malleable jobs --generations`` shows; measured: the global batch over the generation's median
+step time, ``allocator/steady_rate.py``).
 
 ``growth_throughput_ratio``: the samples/s A measured in its last generation on 2 GPUs (after
 the growth) over the best it measured on 2 GPUs before B arrived. With ``--no-trust`` the loop
