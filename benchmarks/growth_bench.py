@@ -5,7 +5,8 @@ workers; job A (``resnet_small`` by default) with no offline profile — the neu
 ``malleable submit`` without ``--profile`` gets — runs alone on both workers; job B arrives
 ``--b-arrival`` seconds later, A shrinks to one worker and B takes the other; when B finishes A
 grows back. Each generation's predicted and measured samples/s come from the store (what
-``malleable jobs --generations`` shows).
+``malleable jobs --generations`` shows; measured: the global batch over the generation's median
+step time, ``allocator/profiles/steady_rate.py``).
 
 ``growth_throughput_ratio``: the samples/s A measured in its last generation on 2 GPUs (after
 the growth) over the best it measured on 2 GPUs before B arrived. With ``--no-trust`` the loop
@@ -18,7 +19,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -107,6 +110,16 @@ def growth_ratio(run: GrowthRun) -> tuple[float | None, Generation | None, Gener
     return after[-1].measured / best.measured, after[-1], best
 
 
+def _sample_load(into: list[tuple[float, float]], done: threading.Event, every_s: float = 1.0) -> None:
+    while not done.wait(every_s):
+        into.append((time.time(), os.getloadavg()[0]))
+
+
+def _load_range(loads: list[tuple[float, float]], start: float, end: float) -> list[float] | None:
+    seen = [v for t, v in loads if start <= t < end]
+    return [round(min(seen), 1), round(max(seen), 1)] if seen else None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="resnet_small")
@@ -118,9 +131,14 @@ def main() -> None:
     ap.add_argument("--no-trust", action="store_true", help="the policy's answer as is (before issue 26)")
     args = ap.parse_args()
     t0 = time.monotonic()
+    loads: list[tuple[float, float]] = []  # (epoch s, 1-minute load average): is a ratio the box's doing?
+    done = threading.Event()
+    sampler = threading.Thread(target=_sample_load, args=(loads, done), daemon=True)
+    sampler.start()
     with tempfile.TemporaryDirectory(prefix="growth-") as d:
         b_after = None if args.b_arrival is not None else args.b_after_samples
         run = run_growth(Path(d), args.model, args.samples_a, args.samples_b, args.b_arrival or 0.0, args.interval, trust=not args.no_trust, b_after_samples=b_after)
+    done.set()
     ratio, last, best = growth_ratio(run)
     for name, gens in (("job-a", run.a), ("job-b", run.b)):
         for g in gens:
@@ -136,6 +154,9 @@ def main() -> None:
                 # The same configuration before and after: the ratio then measures the machine's load, not a decision.
                 "same_configuration_as_best": None if last is None or best is None else (last.gpus, last.batch) == (best.gpus, best.batch),
                 "wall_s": round(time.monotonic() - t0, 1),
+                # Per generation of A, the box's 1-minute load average [min, max] while it ran: on a
+                # shared machine a ratio far from 1 with unequal loads measures the box, not the job.
+                "load_1m_a": [_load_range(loads, g.time, nxt.time if nxt else float("inf")) for g, nxt in zip(run.a, (*run.a[1:], None))],
                 "growth_throughput_ratio": None if ratio is None else round(ratio, 3),
             }
         )  # fmt: skip

@@ -11,7 +11,8 @@ from allocator.checks import positive_int, require
 
 @dataclass(frozen=True, slots=True)
 class MeasuredRate:
-    """One configuration a job ran: ``steps`` steps at ``samples_per_s`` (their total samples over total seconds)."""
+    """One configuration a job ran: ``steps`` timed steps at ``samples_per_s`` (the global batch over
+    their median step time: ``allocator.profiles.steady_rate``)."""
 
     gpus: int
     batch: int

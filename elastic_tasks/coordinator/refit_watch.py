@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from allocator.profiles.measured_types import MeasuredRate, MeasuredTable
 from allocator.profiles.refit import OnlineThroughputFit, StepObservation
+from allocator.profiles.steady_rate import TimedInterval, steady_samples_per_s
 from allocator.types import ThroughputProfile
 from elastic_tasks.board import JobStatus
 
@@ -98,39 +99,45 @@ class JobRefit:
         self._profile: ThroughputProfile | None = None
         self._fitted_at = 0
         # Per configuration (GPUs, global batch, accumulation) and per generation (the run's
-        # count of plan versions seen): [samples, seconds, steps] over the steps timed there.
-        self._rates: dict[tuple[int, int, int], list[float]] = {}
-        self._generations: list[list[float]] = []
+        # count of plan versions seen: its GPUs, global batch, intervals): the intervals timed
+        # there, whose step-weighted median step time is what they measured (allocator.profiles.steady_rate).
+        self._rates: dict[tuple[int, int, int], list[TimedInterval]] = {}
+        self._generations: list[tuple[int, int, list[TimedInterval]]] = []
         self._version: int | None = None
 
     def observe(self, status: JobStatus | None, hosts: int | None) -> None:
         new = self.watch.observe(status, hosts)
         if status is not None and status.version != self._version:
             self._version = status.version
-            self._generations.append([0.0, 0.0, 0, status.world_size, status.global_batch])
+            self._generations.append((status.world_size, status.global_batch, []))
         if new and status is not None:
             o, n = new[0], len(new)
-            for acc in (self._rates.setdefault((o.gpus, status.global_batch, o.accum_steps), [0.0, 0.0, 0]), self._generations[-1]):
-                acc[0] += status.global_batch * n
-                acc[1] += o.seconds * n
-                acc[2] += n
+            interval = TimedInterval(n, o.seconds * n)
+            self._rates.setdefault((o.gpus, status.global_batch, o.accum_steps), []).append(interval)
+            self._generations[-1][2].append(interval)
         self.fit.add(new)
         self.observations += len(new)
         self._intra_seen |= any(o.gpus > 1 and o.hosts == 1 for o in new)
         self._inter_seen |= any(o.gpus > 1 and o.hosts > 1 for o in new)
 
     def measured(self) -> MeasuredTable | None:
-        """The samples/s the job's timed steps ran at, per configuration (None: none timed yet)."""
-        rates = tuple(MeasuredRate(k, b, a, acc[0] / acc[1], int(acc[2])) for (k, b, a), acc in self._rates.items() if acc[2] > 0 and acc[1] > 0)
+        """The samples/s the job's timed steps ran at, per configuration: the global batch over the
+        median step time of all its timed steps there (``allocator.profiles.steady_rate``; None: none timed yet)."""
+        rates = tuple(
+            MeasuredRate(k, b, a, rate, sum(i.steps for i in intervals))
+            for (k, b, a), intervals in self._rates.items()
+            if (rate := steady_samples_per_s(b, intervals)) is not None
+        )  # fmt: skip
         return MeasuredTable(rates) if rates else None
 
     def generation_rate(self, gpus: int, batch: int) -> float | None:
-        """Samples/s over the timed steps of the latest generation seen, if it ran ``gpus`` x ``batch``
-        (None: it ran another shape — the one asked about is not reported yet — or none was timed)."""
+        """Samples/s of the latest generation seen, if it ran ``gpus`` x ``batch``: the global batch
+        over the median step time of its timed steps (None: it ran another shape — the one asked
+        about is not reported yet — or none was timed)."""
         if not self._generations:
             return None
-        samples, seconds, steps, k, b = self._generations[-1]
-        return samples / seconds if steps > 0 and seconds > 0 and (k, b) == (gpus, batch) else None
+        k, b, intervals = self._generations[-1]
+        return steady_samples_per_s(b, intervals) if (k, b) == (gpus, batch) else None
 
     def profile(self) -> ThroughputProfile | None:
         """The refitted profile (None until the job has reported a step past its warm-up)."""
