@@ -71,14 +71,12 @@ class JobCoordinator:
         self.board_id = f"{job_id}.{uuid.uuid4().hex[:8]}"
         self.board = JobBoard(self.board_id, client)
         self.delays = dict(delays or {})  # launch order -> injected seconds per step
-        self.on_straggler = on_straggler
-        self.remove_stragglers = remove_stragglers
+        self.on_straggler, self.remove_stragglers = on_straggler, remove_stragglers
         self.members: tuple[str, ...] = ()
         self.worker_of: dict[str, str] = {}
         self.futures: dict[str, Future] = {}
         self.version = -1
-        self.global_batch = config.global_batch
-        self.accum_steps: int | None = None  # the plan in effect's (None: the ranks' own rule)
+        self.global_batch, self.accum_steps = config.global_batch, None  # accumulation None: the ranks' own rule
         self.rescales: list[RescaleOutcome] = []
         self.removed_stragglers: list[tuple[int, str]] = []
         self.lifecycle = Lifecycle()
@@ -110,8 +108,7 @@ class JobCoordinator:
         return self.pump.heard.finished is not None
 
     def start(self, gpus: int, global_batch: int | None = None, accum_steps: int | None = None) -> RescaleOutcome:
-        """``accum_steps``: the policy's (``Share.accum_steps``); None lets the ranks pick the
-        smallest that fits ``max_batch_per_gpu``."""
+        """``accum_steps``: the policy's; None: the smallest that fits ``max_batch_per_gpu``."""
         batch = self.config.global_batch if global_batch is None else global_batch
         check_batch(batch, gpus)
         workers = self.pool.take(self.job_id, gpus)
@@ -135,9 +132,8 @@ class JobCoordinator:
         return outcome
 
     def rescale(self, gpus: int, global_batch: int | None = None, at_step: int | None = None, accum_steps: int | None = None) -> RescaleOutcome | None:
-        """Grow or shrink in place, or change the batch (or accumulation) alone; blocks until the
-        job trains on it. None if the job ended first. A shrink keeps the longest-running ranks
-        (rank 0 first). ``accum_steps`` as in ``start``."""
+        """Grow or shrink in place, or change batch/accumulation alone; blocks until the job trains
+        on it. None if the job ended first. A shrink keeps the longest-running ranks (rank 0 first)."""
         batch = self.global_batch if global_batch is None else global_batch
         check_batch(batch, gpus)
         if gpus == len(self.members):
@@ -158,7 +154,7 @@ class JobCoordinator:
                 return None
             keep = tuple(u for u in before if u != uid)
             added = self.pool.take(self.job_id, 1) if free else []
-            pending = self._publish_regroup(before, keep, added, max(self.global_batch, len(keep) + len(added)), at_step)
+            pending = self._publish_regroup(before, keep, added, max(self.global_batch, len(keep) + len(added)), at_step, None)
         return self._await_regroup(pending)
 
     def restart_rescale(self, gpus: int, global_batch: int | None = None, at_step: int | None = None, restart_processes: bool = True) -> RescaleOutcome | None:
@@ -320,9 +316,7 @@ class JobCoordinator:
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _publish_regroup(
-        self, before: tuple[str, ...], keep: tuple[str, ...], added: list[str], batch: int, at_step: int | None, accum_steps: int | None = None
-    ) -> _Pending | None:
+    def _publish_regroup(self, before: tuple[str, ...], keep: tuple[str, ...], added: list[str], batch: int, at_step: int | None, accum: int | None) -> _Pending | None:
         """Launch ranks on ``added`` workers, let them get ready while the job trains, publish the plan.
 
         None if the job finished while the new ranks got ready: they are told to leave.
@@ -340,7 +334,7 @@ class JobCoordinator:
                 return None
             raise self.fail(f"new ranks {new} did not become ready; {self._occupancy(added)}")
         members = tuple(keep) + tuple(new)
-        plan = Plan(version, PlanKind.RESCALE, members, batch, at_step=at_step, source=members[0] if new else None, accum_steps=accum_steps)
+        plan = Plan(version, PlanKind.RESCALE, members, batch, at_step=at_step, source=members[0] if new else None, accum_steps=accum)
         self.publish(plan)
         return _Pending(plan, before, time.time() - t0)
 
