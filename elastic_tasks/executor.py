@@ -92,6 +92,26 @@ class JobSettings:
             raise ValueError(f"JobSettings.poll_s={self.poll_s!r}: must be > 0")
 
 
+@dataclass(slots=True)
+class _Tracked:
+    """Everything the executor knows of one job: one record, not a container per fact."""
+
+    coordinator: JobCoordinator | None = None  # None: never started here (or waiting for workers)
+    waiting: Share | None = None  # a start that found too few free workers: the share planned
+    meter: WorkMeter | None = None  # base-batch-equivalent work, when it is metered
+    refit: JobRefit | None = None  # its measured model; kept across a restart of the job
+    launched_at: float | None = None  # epoch seconds it was first started (its wall split's start)
+    result: JobResult | None = None  # what its ranks returned, once collected
+    failure: str | None = None
+    reported: bool = False  # its end (completed, failed, stopped, suspended) was told to the loop
+    samples_before: float = 0.0  # a job started again after a stop: what its earlier run had trained
+
+    @property
+    def live(self) -> bool:
+        """Started, and its end not yet reported or failed."""
+        return self.coordinator is not None and not self.reported and self.failure is None
+
+
 class DaskExecutor:
     def __init__(
         self,
@@ -108,16 +128,22 @@ class DaskExecutor:
         self._entry = entrypoints
         self.settings = settings
         self.clock = clock or WallClock()
-        self.jobs: dict[str, JobCoordinator] = {}
-        self.results: dict[str, JobResult] = {}
-        self._failures: dict[str, str] = {}
-        self._reported: set[str] = set()
         self.noise_model = noise_model
-        self._meters: dict[str, WorkMeter] = {}
         self.refit = refit
-        self._refits: dict[str, JobRefit] = {}
-        self._waiting: dict[str, Share] = {}  # starts that found too few free workers: job -> planned share
-        self._launched: dict[str, float] = {}  # epoch seconds the job was first started (its wall split's start)
+        self._tracked: dict[str, _Tracked] = {}
+
+    @property
+    def jobs(self) -> dict[str, JobCoordinator]:
+        """Each job started here: its coordinator (a read-only view)."""
+        return {j: t.coordinator for j, t in self._tracked.items() if t.coordinator is not None}
+
+    @property
+    def results(self) -> dict[str, JobResult]:
+        """Each job whose ranks' results were collected (a read-only view)."""
+        return {j: t.result for j, t in self._tracked.items() if t.result is not None}
+
+    def _get(self, job_id: str) -> _Tracked:
+        return self._tracked.setdefault(job_id, _Tracked())
 
     def entrypoint(self, spec: JobSpec) -> str:
         if callable(self._entry):
@@ -151,11 +177,15 @@ class DaskExecutor:
         changes.sort(key=lambda c: (c[2] is not None, c[1] is None, (c[2].gpus - c[1].gpus) if c[1] and c[2] else 0))
         changed = {job_id for job_id, _, _ in changes}
         # Starts that waited for workers and whose share did not change: try them again, last.
-        retries = [(job_id, None, share) for job_id, _ in list(self._waiting.items()) if job_id not in changed and (share := new.get(job_id)) is not None]
+        retries = [
+            (job_id, None, share)
+            for job_id, t in list(self._tracked.items())
+            if t.waiting is not None and job_id not in changed and (share := new.get(job_id)) is not None
+        ]
         events = []
         for job_id, before, after in [*changes, *retries]:
-            job = self.jobs.get(job_id)
-            if job_id in self._failures or (job is not None and job.finished):
+            t = self._tracked.get(job_id)
+            if t is not None and (t.failure is not None or (t.coordinator is not None and t.coordinator.finished)):
                 continue
             try:
                 event = self._change(now, job_id, before, after, jobs)
@@ -168,41 +198,48 @@ class DaskExecutor:
 
     def waiting_starts(self, now: float) -> tuple[str, ...]:
         """Jobs planned to run whose start waits for free workers (the loop decides again while any do)."""
-        return tuple(j for j in self._waiting if j not in self._failures)
+        return tuple(j for j, t in self._tracked.items() if t.waiting is not None and t.failure is None)
 
     def _free_for_start(self, n: int) -> bool:
         """At least ``n`` free workers, after collecting jobs whose ranks finished but still hold theirs."""
         if len(self.pool.free()) >= n:
             return True
-        for job_id, job in self.jobs.items():
-            if job.finished and job_id not in self.results and job_id not in self._reported:
-                self.results[job_id] = job.collect()  # ``completed`` reports it at its next poll
+        for t in self._tracked.values():
+            if t.coordinator is not None and t.coordinator.finished and t.result is None and not t.reported:
+                t.result = t.coordinator.collect()  # ``completed`` reports it at its next poll
         return len(self.pool.free()) >= n
 
     def _change(self, now: float, job_id: str, before: Share | None, after: Share | None, jobs: Mapping[str, JobSpec]) -> RescaleEvent | None:
-        job = self.jobs.get(job_id)
+        t = self._get(job_id)
+        job = t.coordinator
         if after is None:
-            self._waiting.pop(job_id, None)
+            t.waiting = None
             if job is not None:
                 job.stop()
                 # Wait for the ranks to leave: the freed workers are what the next start takes.
-                self.results[job_id] = job.collect()
-                self._reported.add(job_id)
+                t.result, t.reported = job.collect(), True
             return RescaleEvent(now, job_id, before, None, RescaleKind.STOP, 0.0, measured=True)
         if job is None or before is None:
             if not self._free_for_start(after.gpus):
-                self._waiting[job_id] = after
+                t.waiting = after
                 return None
-            self._waiting.pop(job_id, None)
+            t.waiting = None
             spec = jobs[job_id]
             if self._meters_work(spec):
-                self._meters[job_id] = WorkMeter(spec)
+                t.meter = WorkMeter(spec)
             if self.refit is not None:
                 # A restarted job keeps what it measured before; its new coordinator counts versions from 0.
-                self._refits.setdefault(job_id, JobRefit(spec.profile, self.refit)).watch.restart()
-            self._launched.setdefault(job_id, time.time())
-            job = self.jobs[job_id] = JobCoordinator(self.client, self.pool, job_id, self.entrypoint(spec), self._config(spec, after))
-            outcome = job.start(after.gpus, after.batch, after.accum_steps)
+                if t.refit is None:
+                    t.refit = JobRefit(spec.profile, self.refit)
+                t.refit.watch.restart()
+            if t.launched_at is None:
+                t.launched_at = time.time()
+            if t.result is not None:
+                # Stopped earlier, started again: live again, its end still to be reported, and its
+                # result is the new run's (it resumes from the checkpoint the stop left).
+                t.samples_before, t.result, t.reported = float(t.result.samples_seen), None, False
+            t.coordinator = JobCoordinator(self.client, self.pool, job_id, self.entrypoint(spec), self._config(spec, after))
+            outcome = t.coordinator.start(after.gpus, after.batch, after.accum_steps)
             return RescaleEvent(now, job_id, None, after, RescaleKind.START, outcome.pause_s, measured=True)
         outcome = job.rescale(after.gpus, after.batch, accum_steps=after.accum_steps)
         if outcome is None:
@@ -211,27 +248,29 @@ class DaskExecutor:
         return RescaleEvent(now, job_id, before, after, kind, outcome.pause_s, measured=True)
 
     def _fail(self, job_id: str, reason: str) -> None:
-        self._failures[job_id] = reason
-        job = self.jobs.get(job_id)
-        if job is not None:
-            job.abandon()
+        t = self._get(job_id)
+        t.failure = reason
+        if t.coordinator is not None:
+            t.coordinator.abandon()
         else:
             self.pool.give_back([w for w, owner in self.pool.busy.items() if owner == job_id])
 
     def failed(self, now: float) -> list[JobFailure]:
-        for job_id, job in self.jobs.items():
-            if job_id not in self._reported and job_id not in self._failures and not job.finished:
-                reason = job.failure()
+        for job_id, t in list(self._tracked.items()):
+            if t.live and not t.coordinator.finished:  # type: ignore[union-attr]
+                reason = t.coordinator.failure()  # type: ignore[union-attr]
                 if reason is not None:
                     self._fail(job_id, reason)
-        out = [JobFailure(j, r) for j, r in self._failures.items() if j not in self._reported]
-        self._reported.update(f.job_id for f in out)
+        out = [JobFailure(j, t.failure) for j, t in self._tracked.items() if t.failure is not None and not t.reported]
+        for f in out:
+            self._tracked[f.job_id].reported = True
         return out
 
     def in_effect(self, allocation: Allocation) -> Allocation:
         shares = []
         for job_id, share in allocation.shares:
-            job = self.jobs.get(job_id)
+            t = self._tracked.get(job_id)
+            job = t.coordinator if t is not None else None
             gpus = job.world_size if job is not None and 0 < job.world_size < share.gpus else share.gpus
             shares.append((job_id, share if gpus == share.gpus else Share(gpus, max(share.batch, gpus))))
         return Allocation(tuple(shares))
@@ -239,111 +278,119 @@ class DaskExecutor:
     def suspend_all(self, timeout: float | None = None) -> dict[str, bool]:
         """Checkpoint and stop every running job (a service shutting down): job -> checkpoint saved."""
         saved = {}
-        for job_id, job in self.jobs.items():
-            if job_id not in self._reported and not job.finished and job.members:
+        for job_id, t in self._tracked.items():
+            job = t.coordinator
+            if job is not None and not t.reported and not job.finished and job.members:
                 try:
                     saved[job_id] = job.suspend(timeout)
                 except Exception:  # noqa: BLE001 - shutting down: the next job still gets its chance
                     saved[job_id] = False
-                self._reported.add(job_id)
+                t.reported = True
         return saved
+
+    def _status(self, job_id: str):  # type: ignore[no-untyped-def]
+        """The job's latest status while its end is unreported (None otherwise, or before its first step)."""
+        t = self._tracked.get(job_id)
+        return t.coordinator.status() if t is not None and t.coordinator is not None and not t.reported else None
 
     def noise_scale(self, job_id: str, now: float) -> float | None:
         """The job's smoothed B_noise from its latest status (None: not running or not estimated yet)."""
-        job = self.jobs.get(job_id)
-        if job is None or job_id in self._reported:
-            return None
-        status = job.status()
+        status = self._status(job_id)
         if status is None or status.noise_scale is None or not status.noise_scale > 0:
             return None  # a job's odd report (an older rank's 0.0, a nan) is "not estimated", never a stopped scheduler
         return status.noise_scale
 
-    def _watch(self, job_id: str, job: JobCoordinator) -> None:
+    def _watch(self, job_id: str, t: _Tracked) -> None:
         """Feed the job's refit its latest status, with the hosts its workers span now."""
+        assert t.coordinator is not None and t.refit is not None
         held = [addr for addr, owner in self.pool.busy.items() if owner == job_id]
-        status = job.status()
+        status = t.coordinator.status()
         hosts = len({host_of(a) for a in held}) if status is not None and len(held) == status.world_size else None
-        self._refits[job_id].observe(status, hosts)
+        t.refit.observe(status, hosts)
 
     def profile(self, job_id: str, now: float) -> ThroughputProfile | None:
         """The job's throughput model refitted from its own steps (None: not running, refit off, no step yet)."""
-        job = self.jobs.get(job_id)
-        if job_id not in self._refits or job is None or job_id in self._reported or job_id in self._failures:
+        t = self._tracked.get(job_id)
+        if t is None or t.refit is None or not t.live:
             return None
-        self._watch(job_id, job)
-        return self._refits[job_id].profile()
+        self._watch(job_id, t)
+        return t.refit.profile()
 
     def measured(self, job_id: str, now: float) -> MeasuredTable | None:
         """What the job measured per configuration (``allocator.profiles.measured``; None: refit off or nothing timed).
         Kept across a restart of the job, like its refit: the configurations are the same."""
-        refit = self._refits.get(job_id)
-        return refit.measured() if refit is not None and job_id not in self._reported and job_id not in self._failures else None
+        t = self._tracked.get(job_id)
+        return t.refit.measured() if t is not None and t.refit is not None and not t.reported and t.failure is None else None
 
     def wall_split(self, job_id: str, submitted: float | None, end: float) -> WallSplit | None:
         """Where the job's wall time [submitted, end] (epoch seconds) went, from its ranks' timelines
         (``allocator.wall_split``; None: no result collected, or never started here)."""
-        result = self.results.get(job_id)
-        if result is None or job_id not in self._launched:
+        t = self._tracked.get(job_id)
+        if t is None or t.result is None or t.launched_at is None:
             return None
-        return job_split([r.wall for r in result.ranks], self._launched[job_id], end, submitted)
+        return job_split([r.wall for r in t.result.ranks], t.launched_at, end, submitted)
 
     def predicted_rate(self, job_id: str, share: Share) -> float | None:
         """The samples/s the job's current model (its refit, else its profile) predicts for ``share``."""
-        refit = self._refits.get(job_id)
-        if refit is None:
+        t = self._tracked.get(job_id)
+        if t is None or t.refit is None:
             return None
-        return float(throughput(refit.profile() or refit.prior, share.batch, share.gpus, share.accum_steps))
+        return float(throughput(t.refit.profile() or t.refit.prior, share.batch, share.gpus, share.accum_steps))
 
     def measured_rate(self, job_id: str, share: Share) -> float | None:
         """The samples/s the job's latest generation measured, if it ran ``share``'s GPUs and batch."""
-        refit = self._refits.get(job_id)
-        return refit.generation_rate(share.gpus, share.batch) if refit is not None else None
+        t = self._tracked.get(job_id)
+        return t.refit.generation_rate(share.gpus, share.batch) if t is not None and t.refit is not None else None
 
-    def _metered(self, job_id: str) -> float:
+    def _metered(self, job_id: str, t: _Tracked) -> float:
         """Feed the job's meter its latest status; the base-batch-equivalent samples done."""
-        meter = self._meters[job_id]
-        job = self.jobs.get(job_id)
-        status = job.status() if job is not None and job_id not in self._reported else None
+        meter = t.meter
+        assert meter is not None
+        status = self._status(job_id)
         if status is not None:
             noise = (self.noise_model or SpecNoise()).noise_scale(meter.spec, meter.done, status.noise_scale)
             meter.observe(status.step, status.samples_seen, status.global_batch, noise)
         return meter.done
 
     def progress(self, job_id: str, now: float) -> float:
-        if job_id in self._meters:
-            return self._metered(job_id)
-        if job_id in self.results:
-            return float(self.results[job_id].samples_seen)
-        job = self.jobs.get(job_id)
-        status = job.status() if job is not None else None
-        return float(status.samples_seen) if status is not None else 0.0
+        t = self._tracked.get(job_id)
+        if t is None:
+            return 0.0
+        if t.meter is not None:
+            return self._metered(job_id, t)
+        if t.result is not None:
+            return float(t.result.samples_seen)
+        status = t.coordinator.status() if t.coordinator is not None else None
+        return float(status.samples_seen) if status is not None else t.samples_before
 
     def completed(self, now: float) -> list[str]:
         done = []
-        for job_id, job in self.jobs.items():
-            if job_id in self._reported or job_id in self._failures:
+        for job_id, t in self._tracked.items():
+            job = t.coordinator
+            if job is None or not t.live:
                 continue
-            if job_id in self._refits and job.members:
-                self._watch(job_id, job)  # every poll: a generation's reports are seen before it ends
+            if t.refit is not None and job.members:
+                self._watch(job_id, t)  # every poll: a generation's reports are seen before it ends
             if job.finished:
-                if job_id not in self.results:  # a start that needed its workers collected it already
-                    self.results[job_id] = job.wait(timeout=60)
-            elif job_id in self._meters and job.members and self._metered(job_id) >= self._meters[job_id].spec.total_samples:
+                if t.result is None:  # a start that needed its workers collected it already
+                    t.result = job.wait(timeout=60)
+            elif t.meter is not None and job.members and self._metered(job_id, t) >= t.meter.spec.total_samples:
                 job.stop()  # its base-batch-equivalent work is done; the trainer's raw budget is an upper bound
-                self.results[job_id] = job.collect()
+                t.result = job.collect()
             else:
                 continue
-            self._reported.add(job_id)
+            t.reported = True
             done.append(job_id)
         return done
 
     def next_completion(self, now: float) -> float | None:
         """Not known exactly: wake up every ``poll_s`` while anything runs to notice completions."""
-        running = [j for j, job in self.jobs.items() if j not in self._reported and job.members]
-        return now + self.settings.poll_s if running or self._waiting else None
+        running = any(t.live and t.coordinator.members for t in self._tracked.values())  # type: ignore[union-attr]
+        waiting = any(t.waiting is not None for t in self._tracked.values())
+        return now + self.settings.poll_s if running or waiting else None
 
     def close(self) -> None:
-        for job_id, job in self.jobs.items():
-            if job_id not in self._reported:
-                job.stop()
-                job.close()
+        for t in self._tracked.values():
+            if t.coordinator is not None and not t.reported:
+                t.coordinator.stop()
+                t.coordinator.close()

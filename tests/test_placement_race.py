@@ -108,3 +108,25 @@ def test_a_start_that_finds_too_few_free_workers_waits_until_a_later_apply_finds
     assert _run_out(executor, {"b"}) == {"b"}
     assert executor.results["b"].finished and executor.results["b"].samples_seen >= 960
     assert not executor.pool.busy
+
+
+def test_a_job_stopped_and_started_again_resumes_and_its_end_is_reported(client, tmp_path):
+    """A policy that takes a running job's GPUs away and gives them back later: the job resumes
+    from the checkpoint its stop left, and its completion is reported (the executor used to keep
+    it marked as reported from the stop, so the loop never heard it end)."""
+    a = make_job("a", PROFILE, workload="mlp", total_samples=32 * 1500, min_batch=32, max_batch=32, max_gpus=1)
+    executor = DaskExecutor(client, {"mlp": ENTRY}, JobSettings(timeout_s=20.0, poll_s=0.05, checkpoint_root=str(tmp_path), checkpoint_every=5), refit=None)
+    running = Allocation((("a", Share(1, 32)),))
+    executor.apply(0.0, Allocation(), running, {"a": a})
+    _until(lambda: (s := executor.jobs["a"].status()) is not None and s.step >= 5)
+    (stop,) = executor.apply(1.0, running, Allocation(), {"a": a})
+    trained_before = executor.progress("a", 1.0)
+    assert stop.kind == RescaleKind.STOP and 0 < trained_before < a.total_samples
+    assert executor.completed(1.0) == [] and executor.next_completion(1.0) is None  # nothing runs
+    (start,) = executor.apply(2.0, Allocation(), running, {"a": a})
+    assert start.kind == RescaleKind.START
+    assert executor.progress("a", 2.0) >= trained_before  # not back to zero while the new ranks start
+    assert _run_out(executor, {"a"}) == {"a"}
+    result = executor.results["a"]
+    # Resumed, not started over: the second run's ranks began at a checkpoint of the first.
+    assert result.samples_seen == a.total_samples and min(h.step for h in result.history) > 0
