@@ -25,7 +25,7 @@ from allocator.policies.base import register
 from allocator.policies.dp import solve_dp
 from allocator.topology import gpus_per_host
 from allocator.protocols import AdmissionDecision, OverflowMode
-from allocator.types import Allocation, ClusterSnapshot, InfeasibleError, JobSpec, Share
+from allocator.types import Allocation, ClusterSnapshot, InfeasibleError, JobSpec, RunningJob, Share
 
 
 def fairness_value(speedup: np.ndarray, p: float) -> np.ndarray:
@@ -54,6 +54,7 @@ class GoodputDP:
     p: float = 0.0  # the geometric mean: best on Pollux's workloads, even elsewhere (docs/policies.md)
     hosts: int | None = None
     rescale_cost_s: float = 1.0  # RescaleCost's in-place default; the CLI passes the run's own cost
+    weight: float = 0.0
     name: str = "goodput_dp"
 
     def __post_init__(self) -> None:
@@ -103,6 +104,15 @@ class GoodputDP:
         jobs = snapshot.jobs
         if not jobs:
             return Allocation()
+        values, rows = self._values(snapshot)
+        counts, _ = solve_dp(values, snapshot.capacity)
+        return Allocation(
+            tuple((j.id, Share(gpus=int(k), batch=int(r.batches[k]), accum_steps=int(r.accum[k]))) for j, r, k in zip(jobs, rows, counts))
+        )
+
+    def _values(self, snapshot: ClusterSnapshot) -> tuple[np.ndarray, list]:
+        """The DP's table: per job (running, then queued) and GPU count, its term of the objective."""
+        jobs = snapshot.jobs
         kmax = min(snapshot.capacity, max(j.max_gpus for j in jobs))
         if kmax < 1:
             raise InfeasibleError(f"capacity={snapshot.capacity}: no GPU to give")
@@ -126,10 +136,12 @@ class GoodputDP:
         if self.rescale_cost_s > 0:
             goodput = self._after_rescale(snapshot, goodput)
         values = fairness_value(np.where((ks >= low) & (ks <= high), goodput, -np.inf) / one, self.p)
-        counts, _ = solve_dp(values, snapshot.capacity)
-        return Allocation(
-            tuple((j.id, Share(gpus=int(k), batch=int(r.batches[k]), accum_steps=int(r.accum[k]))) for j, r, k in zip(jobs, rows, counts))
-        )
+        if self.weight != 0:
+            remaining = np.array([r.remaining_samples for r in snapshot.running] + [j.total_samples for j in snapshot.queued], dtype=float)
+            t1 = np.maximum(remaining, 1.0) / one[:, 0]
+            w = np.where(np.isfinite(t1) & (t1 > 0), t1 / np.exp(np.mean(np.log(np.where(np.isfinite(t1) & (t1 > 0), t1, 1.0)))), 1.0) ** -self.weight
+            values = np.where(np.isfinite(values), values * w[:, None], values)
+        return values, rows
 
     def _after_rescale(self, snapshot: ClusterSnapshot, goodput: np.ndarray) -> np.ndarray:
         """A running job moved to another GPU count loses ``rescale_cost_s`` of progress: over the
@@ -162,11 +174,14 @@ class QueueOrder(str, Enum):
     """Which queued job starts first when not all fit."""
 
     FIFO = "fifo"  # arrival order: the loop's admission (strict FIFO or backfill, as the loop is set)
-    RESPONSE = "response"  # highest response ratio next: (waiting + predicted run) / predicted run
+    VALUE = "value"
+    RESPONSE = "response"
+    RESPONSE_BF = "response_bf"  # highest response ratio next: (waiting + predicted run) / predicted run
 
 
 @dataclass(frozen=True, slots=True)
 class GoodputDPByResponse(GoodputDP):
+    strict: bool = True
     """goodput_dp starting queued jobs by highest response ratio next (Brinch Hansen's HRRN).
 
     A job's predicted run is its work over its best one-GPU goodput (its own model: noise scale,
@@ -182,7 +197,41 @@ class GoodputDPByResponse(GoodputDP):
             return (max(snapshot.time - job.arrival_time, 0.0) + run) / run if math.isfinite(run) else 1.0
 
         order = sorted(snapshot.queued, key=lambda j: (-ratio(j), j.arrival_time, j.id))
-        return admit_in_order(replace(snapshot, queued=tuple(order)), self, mode, strict_fifo=True)
+        return admit_in_order(replace(snapshot, queued=tuple(order)), self, mode, strict_fifo=self.strict)
+
+
+@dataclass(frozen=True, slots=True)
+class GoodputDPByValue(GoodputDP):
+    """EXPERIMENT: queued jobs (shortest predicted run first) start only if the DP gives them GPUs."""
+
+    def admit(self, snapshot: ClusterSnapshot, mode: OverflowMode) -> AdmissionDecision:
+        def run(job: JobSpec) -> float:
+            rate = float(goodput_rows(job, 1, self.noise_scale(job, 0.0), self.hosts).goodput[1])
+            return job.total_samples / rate if rate > 0 else math.inf
+
+        order = sorted(snapshot.queued, key=lambda j: (run(j), j.arrival_time, j.id))
+        needs = [self.min_gpus(r.spec, snapshot.capacity) for r in snapshot.running]
+        free = snapshot.capacity - sum(n or 0 for n in needs)
+        candidates, rest = [], []
+        for job in order:
+            need = self.min_gpus(job, snapshot.capacity)
+            if need is not None and need <= free:
+                candidates.append(job)
+                free -= need
+            else:
+                rest.append(job)
+        if not candidates:
+            return AdmissionDecision((), tuple(rest) if mode is OverflowMode.QUEUE else (), () if mode is OverflowMode.QUEUE else tuple(rest))
+        trial = ClusterSnapshot(time=snapshot.time, capacity=snapshot.capacity, running=snapshot.running + tuple(RunningJob(spec=j) for j in candidates), nodes=snapshot.nodes)
+        values, _ = self._values(trial)
+        n = len(snapshot.running)
+        zero = 0.0 if self.p > 0 else -np.inf
+        values[n:, 0] = zero
+        counts, _ = solve_dp(values, snapshot.capacity)
+        admitted = tuple(j for j, k in zip(candidates, counts[n:]) if k > 0)
+        left = tuple(j for j, k in zip(candidates, counts[n:]) if k == 0) + tuple(rest)
+        left = tuple(sorted(left, key=lambda j: (j.arrival_time, j.id)))
+        return AdmissionDecision(admitted, left if mode is OverflowMode.QUEUE else (), () if mode is OverflowMode.QUEUE else left)
 
 
 def _show(trajectory: NoiseTrajectory | None) -> str:
@@ -199,10 +248,12 @@ def _make(
     hosts: int | None = None,
     rescale_cost_s: float = 1.0,
     queue: object = "fifo",
+    weight: float = 0.0,
 ) -> GoodputDP:
     try:
         order = QueueOrder(queue)
     except ValueError:
         raise ValueError(f"goodput_dp.queue={queue!r}: choose one of {', '.join(q.value for q in QueueOrder)}") from None
-    kind = GoodputDPByResponse if order is QueueOrder.RESPONSE else GoodputDP
-    return kind(noise=dict(noise or {}), default_noise_scale=float(default_noise_scale), p=float(p), hosts=hosts, rescale_cost_s=float(rescale_cost_s))
+    kind = GoodputDPByResponse if order in (QueueOrder.RESPONSE, QueueOrder.RESPONSE_BF) else GoodputDPByValue if order is QueueOrder.VALUE else GoodputDP
+    extra = {"strict": order is QueueOrder.RESPONSE} if kind is GoodputDPByResponse else {}
+    return kind(**extra, noise=dict(noise or {}), default_noise_scale=float(default_noise_scale), p=float(p), hosts=hosts, rescale_cost_s=float(rescale_cost_s), weight=float(weight))
