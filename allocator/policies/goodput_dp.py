@@ -176,12 +176,16 @@ class QueueOrder(str, Enum):
     FIFO = "fifo"  # arrival order: the loop's admission (strict FIFO or backfill, as the loop is set)
     VALUE = "value"
     RESPONSE = "response"
-    RESPONSE_BF = "response_bf"  # highest response ratio next: (waiting + predicted run) / predicted run
+    RESPONSE_BF = "response_bf"
+    SJF = "sjf"
+    SJFG = "sjfg"  # highest response ratio next: (waiting + predicted run) / predicted run
 
 
 @dataclass(frozen=True, slots=True)
 class GoodputDPByResponse(GoodputDP):
     strict: bool = True
+    sjf: bool = False
+    guard: bool = False
     """goodput_dp starting queued jobs by highest response ratio next (Brinch Hansen's HRRN).
 
     A job's predicted run is its work over its best one-GPU goodput (its own model: noise scale,
@@ -194,9 +198,19 @@ class GoodputDPByResponse(GoodputDP):
         def ratio(job: JobSpec) -> float:
             rate = float(goodput_rows(job, 1, self.noise_scale(job, 0.0), self.hosts).goodput[1])
             run = job.total_samples / rate if rate > 0 else math.inf
+            if self.sjf:
+                return 1.0 / run if math.isfinite(run) else 0.0
             return (max(snapshot.time - job.arrival_time, 0.0) + run) / run if math.isfinite(run) else 1.0
 
-        order = sorted(snapshot.queued, key=lambda j: (-ratio(j), j.arrival_time, j.id))
+        if self.guard:
+            def key(j):
+                r = ratio(j)  # 1 / run under sjf
+                run = 1.0 / r if r > 0 else math.inf
+                aged = max(snapshot.time - j.arrival_time, 0.0) >= run
+                return (0, j.arrival_time, 0.0, j.id) if aged else (1, 0.0, run, j.id)
+            order = sorted(snapshot.queued, key=key)
+        else:
+            order = sorted(snapshot.queued, key=lambda j: (-ratio(j), j.arrival_time, j.id))
         return admit_in_order(replace(snapshot, queued=tuple(order)), self, mode, strict_fifo=self.strict)
 
 
@@ -254,6 +268,6 @@ def _make(
         order = QueueOrder(queue)
     except ValueError:
         raise ValueError(f"goodput_dp.queue={queue!r}: choose one of {', '.join(q.value for q in QueueOrder)}") from None
-    kind = GoodputDPByResponse if order in (QueueOrder.RESPONSE, QueueOrder.RESPONSE_BF) else GoodputDPByValue if order is QueueOrder.VALUE else GoodputDP
-    extra = {"strict": order is QueueOrder.RESPONSE} if kind is GoodputDPByResponse else {}
+    kind = GoodputDPByResponse if order in (QueueOrder.RESPONSE, QueueOrder.RESPONSE_BF, QueueOrder.SJF, QueueOrder.SJFG) else GoodputDPByValue if order is QueueOrder.VALUE else GoodputDP
+    extra = {"strict": order is not QueueOrder.RESPONSE_BF, "sjf": order in (QueueOrder.SJF, QueueOrder.SJFG), "guard": order is QueueOrder.SJFG} if kind is GoodputDPByResponse else {}
     return kind(**extra, noise=dict(noise or {}), default_noise_scale=float(default_noise_scale), p=float(p), hosts=hosts, rescale_cost_s=float(rescale_cost_s), weight=float(weight))
