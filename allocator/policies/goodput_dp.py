@@ -82,7 +82,7 @@ class GoodputDP:
 
     noise: Mapping[str, NoiseTrajectory] = field(default_factory=dict)
     default_noise_scale: float = math.inf
-    p: float = 1.0  # total (weighted) normalised goodput: best with remaining_exponent 0.25 on both benchmarks (docs/policies.md)
+    p: float = 1.0  # total (weighted) normalised goodput: with remaining_exponent 0.25 best on Pollux's workloads (docs/policies.md)
     hosts: int | None = None
     rescale_cost_s: float = 1.0  # RescaleCost's in-place default; the CLI passes the run's own cost
     remaining_exponent: float = REMAINING_EXPONENT
