@@ -22,7 +22,7 @@ one run, plus absolute means (minutes) per policy, p95 JCT and makespan.
 
 ``--exponents`` adds goodput_dp at other ``remaining_exponent`` values (``goodput_dp_e<e>``),
 ``--queues`` at other queue orders (``goodput_dp_q<order>``), ``--previous`` the policy as issue 27
-found it (``remaining_exponent=0, queue=fifo``: Pollux's unweighted objective, the loop's FIFO).
+found it (``p=0, remaining_exponent=0, queue=fifo``: the unweighted geometric mean, the loop's FIFO).
 
 Run: python benchmarks/goodput_bench.py [--seeds 0 1 2] [--minutes 480] [--sweep 1 0 -1 -2] [--exponents 0 0.5] [--queues fifo response] [--previous] [--ticks-only]
 """
@@ -68,7 +68,7 @@ def main() -> None:
     parser.add_argument("--sweep", type=float, nargs="*", default=[1.0, 0.0, -1.0, -2.0], help="also run goodput_dp at these power-mean exponents")
     parser.add_argument("--queues", nargs="*", default=[], help="also run goodput_dp with these queue orders (fifo, response, shortest)")
     parser.add_argument("--exponents", type=float, nargs="*", default=[], help="also run goodput_dp with these remaining_exponent values")
-    parser.add_argument("--previous", action="store_true", help="also run goodput_dp as issue 27 found it (remaining_exponent=0, queue=fifo)")
+    parser.add_argument("--previous", action="store_true", help="also run goodput_dp as issue 27 found it (p=0, remaining_exponent=0, queue=fifo)")
     parser.add_argument("--trajectories", type=Path, default=TRAJECTORIES)
     parser.add_argument("--ticks-only", action="store_true", help="also run every policy deciding only at the Δ ticks (seed 000's autoscaler)")
     args = parser.parse_args()
@@ -90,7 +90,7 @@ def main() -> None:
     for e in args.exponents:
         policies[f"goodput_dp_e{e:g}"] = lambda seed, e=e: make_policy("goodput_dp", remaining_exponent=e)
     if args.previous:
-        policies["goodput_dp_previous"] = lambda seed: make_policy("goodput_dp", remaining_exponent=0.0, queue="fifo")
+        policies["goodput_dp_previous"] = lambda seed: make_policy("goodput_dp", p=0.0, remaining_exponent=0.0, queue="fifo")
     default_p = make_policy("goodput_dp").p  # type: ignore[attr-defined]
     figures: dict = {"seeds": args.seeds, "goodput_dp_p": default_p, "interval_s": settings.interval_s, "react_to_events": settings.react_to_events}
     figures.update(compare(policies, args.seeds, arrivals, profiles, noise, settings, ""))

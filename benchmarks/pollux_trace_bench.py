@@ -170,7 +170,7 @@ def main() -> None:
     parser.add_argument("--baselines", action=argparse.BooleanOptionalAction, default=True, help="also run elastic_dp and fixed_batch_dp")
     parser.add_argument("--queues", nargs="*", default=[], help="also run goodput_dp with these queue orders (fifo, response, shortest)")
     parser.add_argument("--exponents", type=float, nargs="*", default=[], help="also run goodput_dp with these remaining_exponent values")
-    parser.add_argument("--previous", action="store_true", help="also run goodput_dp as issue 27 found it (remaining_exponent=0, queue=fifo)")
+    parser.add_argument("--previous", action="store_true", help="also run goodput_dp as issue 27 found it (p=0, remaining_exponent=0, queue=fifo)")
     parser.add_argument("--cost-blind", action="store_true", help="also run goodput_dp without the rescale cost in its objective")
     parser.add_argument("--ticks-only", action="store_true", help="decide only every Δ (Pollux's simulator), not at arrivals and completions")
     args = parser.parse_args()
@@ -195,7 +195,7 @@ def main() -> None:
         policies[f"goodput_dp_e{e:g}"] = lambda e=e: make_policy("goodput_dp", hosts=GPUS_PER_NODE, remaining_exponent=e, rescale_cost_s=cost.in_place_s)
     if args.previous:
         policies["goodput_dp_previous"] = lambda: make_policy(
-            "goodput_dp", hosts=GPUS_PER_NODE, remaining_exponent=0.0, queue="fifo", rescale_cost_s=cost.in_place_s
+            "goodput_dp", hosts=GPUS_PER_NODE, p=0.0, remaining_exponent=0.0, queue="fifo", rescale_cost_s=cost.in_place_s
         )
     if args.cost_blind:
         policies["goodput_dp_cost_blind"] = lambda: make_policy("goodput_dp", hosts=GPUS_PER_NODE, rescale_cost_s=0.0)
