@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from allocator.loop import LoopResult, ScheduleRow
-from allocator.throughput import baseline_rate
+from allocator.physics.throughput import baseline_rate
 from allocator.types import JobSpec, RescaleKind
 
 

@@ -1,7 +1,7 @@
 """A one-shot plan: every job in a jobs file admitted at once, shares from a policy, with predictions.
 
 Pure: used by ``malleable plan`` and by the plan flow to show what a policy would do. When any
-job carries a noise scale the plan is on goodput physics (``allocator.physics``): each job's
+job carries a noise scale the plan is on goodput physics (``allocator.physics.choice``): each job's
 predicted runtime integrates its base-batch-equivalent work over its noise trajectory at the
 planned share, T(B, k) E(B) on every piece.
 """
@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from allocator.admission import OverflowMode, reallocate
-from allocator.goodput import base_batch, efficiency
-from allocator.physics import Physics, check_physics, physics_of
+from allocator.physics.goodput import base_batch, efficiency
+from allocator.physics.choice import Physics, check_physics, physics_of
 from allocator.policies.base import Policy
-from allocator.throughput import baseline_rate, throughput
+from allocator.physics.throughput import baseline_rate, throughput
 from allocator.types import ClusterSnapshot, JobSpec, Share
 
 

@@ -10,7 +10,7 @@ A job entry::
     max_gpus: 8
     # optional: workload, min_gpus, gpus (requested, for non-elastic/fixed), elastic,
     #           arrival_s, fixed_batch, priority, deadline_s, seed,
-    #           noise_scale (any form of ``allocator.noise``), base_batch (B0)
+    #           noise_scale (any form of ``allocator.physics.noise``), base_batch (B0)
 
 File reading and path resolution live in ``flows.config.jobfile``; this module only validates.
 """
@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from allocator.noise import noise_from_value
-from allocator.profile_io import profile_from_dict
+from allocator.physics.noise import noise_from_value
+from allocator.profiles.io import profile_from_dict
 from allocator.strict import check_fields
 from allocator.types import JobSpec, ThroughputProfile
 

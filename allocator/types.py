@@ -5,7 +5,7 @@ All are frozen, slotted dataclasses validated at construction. A bad value raise
 as-is. Nothing here knows about clocks, torch, dask or files.
 
 This module is the address every layer imports them from; the profile types
-(``allocator.profile_types``), the allocation types (``allocator.allocation``) and the field
+(``allocator.profiles.types``), the allocation types (``allocator.allocation``) and the field
 checks (``allocator.checks``) live in their own modules and are re-exported here.
 """
 
@@ -17,9 +17,9 @@ from enum import Enum
 
 from allocator.allocation import Allocation, Share, validate_allocation
 from allocator.checks import MAX_BATCH, finite_nonneg, positive_int, require
-from allocator.measured_types import MeasuredRate, MeasuredTable
-from allocator.noise import NoiseTrajectory
-from allocator.profile_types import AllreduceModel, ThroughputProfile
+from allocator.profiles.measured_types import MeasuredRate, MeasuredTable
+from allocator.physics.noise import NoiseTrajectory
+from allocator.profiles.types import AllreduceModel, ThroughputProfile
 
 __all__ = [
     "MAX_BATCH",
@@ -52,10 +52,10 @@ class JobSpec:
     users give them. ``fixed_batch`` is the global batch a non-elastic job (and the
     fixed-batch baselines) run with; ``requested_gpus`` the GPU count a non-elastic job needs (default: ``min_gpus``).
 
-    ``noise_scale`` is the job's gradient noise scale over its progress (``allocator.noise``;
+    ``noise_scale`` is the job's gradient noise scale over its progress (``allocator.physics.noise``;
     default: its profile's, else none — every sample counts the same, whatever the batch).
     ``base_batch`` is B0, the batch its ``total_samples`` are counted at when it has one
-    (default: ``fixed_batch`` if set, else ``min_batch``; see ``allocator.goodput``).
+    (default: ``fixed_batch`` if set, else ``min_batch``; see ``allocator.physics.goodput``).
     """
 
     id: str
@@ -144,7 +144,7 @@ class RunningJob:
     noise_scale: float | None = None
     """The job's latest reported gradient noise scale (goodput policies prefer it to a model)."""
     measured: MeasuredTable | None = None
-    """What the job measured per configuration (None: its executor measures nothing); ``allocator.measured``."""
+    """What the job measured per configuration (None: its executor measures nothing); ``allocator.profiles.measured``."""
 
     def __post_init__(self) -> None:
         finite_nonneg(f"job {self.spec.id!r}", "samples_done", self.samples_done)

@@ -36,11 +36,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from allocator.noise import NoiseTrajectory
+from allocator.physics.noise import NoiseTrajectory
 from allocator.policies import make_policy
 from allocator.policies.dp import solve_dp, solve_dp_python
 from allocator.policies.elastic_dp import job_table
-from allocator.throughput import baseline_rate
+from allocator.physics.throughput import baseline_rate
 from allocator.types import AllreduceModel, ClusterSnapshot, InfeasibleError, JobSpec, RunningJob, ThroughputProfile
 
 

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from allocator.admission import OverflowMode
-from allocator.goodput import NoiseTrajectory
+from allocator.physics.goodput import NoiseTrajectory
 from allocator.loop import LoopSettings
 from allocator.metrics import summarise
 from allocator.policies import make_policy

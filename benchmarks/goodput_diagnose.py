@@ -20,7 +20,7 @@ from dataclasses import replace
 import numpy as np
 
 from allocator.admission import OverflowMode, admit_in_order
-from allocator.goodput import goodput_rows, goodput_table
+from allocator.physics.goodput import goodput_rows, goodput_table
 from allocator.loop import LoopResult, LoopSettings
 from allocator.metrics import gpu_seconds_by_job, summarise
 from allocator.policies import make_policy
@@ -29,7 +29,7 @@ from allocator.policies.goodput_dp import GoodputDP
 from allocator.protocols import AdmissionDecision
 from allocator.simulator.experiments import SEED000_INTERVAL_S
 from allocator.simulator.goodput_executor import GoodputSimExecutor, simulate_goodput
-from allocator.throughput import baseline_rate
+from allocator.physics.throughput import baseline_rate
 from allocator.types import ClusterSnapshot, JobSpec, Share
 from allocator.workloads.arrivals import ArrivalSpec, Pattern, generate_jobs
 from allocator.workloads.seed000 import load_category_profiles

@@ -83,7 +83,7 @@ def device_assignment(args: argparse.Namespace) -> dict[str, object]:
 def _adam_state(device: torch.device, name: str = "resnet_10m"):
     from elastic_tasks.examples import EXAMPLES
     from elastic_tasks.rank.scaling import LRRamp
-    from elastic_tasks.rank.state import ElasticState, TrainMeta
+    from elastic_tasks.rank.state.elastic import ElasticState, TrainMeta
 
     torch.manual_seed(0)
     recipe = EXAMPLES[name]()
@@ -100,7 +100,7 @@ def _adam_state(device: torch.device, name: str = "resnet_10m"):
 
 def state_round_trip(args: argparse.Namespace) -> dict[str, object]:
     _need_gpus(1)
-    from elastic_tasks.rank.state import buckets
+    from elastic_tasks.rank.state.elastic import buckets
 
     device = torch.device("cuda", 0)
     src, dst = _adam_state(device), _adam_state(device)

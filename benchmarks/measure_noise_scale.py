@@ -64,7 +64,7 @@ def main() -> None:
     torch.set_num_threads(1)
     result = {
         "source": "benchmarks/measure_noise_scale.py " + f"--batch {args.batch} --micro {args.micro} --epochs {args.epochs} --points {args.points}",
-        "estimator": "elastic_tasks.rank.noise_scale.GradientNoiseProbe (one rank, accumulation micro-batches), EMA 0.95",
+        "estimator": "elastic_tasks.rank.noise.scale.GradientNoiseProbe (one rank, accumulation micro-batches), EMA 0.95",
         "workloads": {},
     }
     for workload, (example, factory) in CATEGORY_EXAMPLES.items():

@@ -9,14 +9,14 @@ profile, a noise scale and B0), then replayed by the product's ``allocator.simul
 Conversion, per application (``traces/<app>/``):
 * profile: the one-GPU step time against the local batch (placement ``1``), its monotone
   envelope (a few points dip); memory cap = the largest local batch traced. Allreduce: our ring
-  model fitted (``allocator.topology.fit_topology``) to what a multi-GPU placement adds to the
+  model fitted (``allocator.physics.topology.fit_topology``) to what a multi-GPU placement adds to the
   one-GPU step at the same local batch (``placements.csv`` and ``scalability.csv``), inside one
   node and across nodes separately; 4 GPUs per node.
 * work: Pollux's simulator completes a job after ``max_epochs`` epochs of statistical progress
   (its unit: iterations at the initial batch, the smallest traced); work = that progress x the
   initial batch, in base-batch-equivalent samples with B0 = the initial batch.
 * noise scale: per epoch, Pollux's PGNS = B0 x grad_var / grad_sqr (the ``at_batch`` form of
-  ``allocator.noise``), the median over the application's traced batch sizes; a step trajectory
+  ``allocator.physics.noise``), the median over the application's traced batch sizes; a step trajectory
   over the fraction of the work done at each epoch's start.
 * batch range: [initial batch, largest traced batch] (ncf: 32768 only, as Pollux's simulator pins
   it); max GPUs: min(64, largest batch / smallest traced local batch); ``fixed_batch`` (the
@@ -54,11 +54,11 @@ import numpy as np
 
 from allocator.loop import LoopSettings
 from allocator.metrics import summarise
-from allocator.noise import NoiseTrajectory, noise_from_stats
+from allocator.physics.noise import NoiseTrajectory, noise_from_stats
 from allocator.policies import make_policy
-from allocator.profile_io import monotone_envelope
+from allocator.profiles.io import monotone_envelope
 from allocator.simulator import RescaleCost, simulate
-from allocator.topology import fit_topology
+from allocator.physics.topology import fit_topology
 from allocator.types import JobSpec, ThroughputProfile
 
 POLLUX_PUBLISHED_AVG_JCT_S = 2751.0

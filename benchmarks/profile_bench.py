@@ -28,8 +28,8 @@ from pathlib import Path
 
 import torch
 
-from allocator.profile_io import profile_to_dict
-from allocator.throughput import fit_allreduce, t_comm, t_proc, throughput
+from allocator.profiles.io import profile_to_dict
+from allocator.physics.throughput import fit_allreduce, t_comm, t_proc, throughput
 from elastic_tasks.examples import EXAMPLES
 from elastic_tasks.profiling.allreduce_timing import measure_allreduce
 from elastic_tasks.profiling.settings import ProfileSettings

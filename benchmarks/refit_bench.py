@@ -3,7 +3,7 @@
 One elastic job (``resnet_small``, memory cap 16 samples per rank) trains on a 2-worker Dask
 LocalCluster through a sequence of generations that change GPUs, global batch and hence
 gradient accumulation. No offline profile: the first generation is the probe. Before each
-later generation starts, the model fitted (``allocator.refit``) on the steps of all earlier
+later generation starts, the model fitted (``allocator.profiles.refit``) on the steps of all earlier
 generations predicts its median step time; then its steps are added.
 
 Figures: ``prediction_error_pct`` per generation (|predicted / measured median - 1|), the
@@ -24,7 +24,7 @@ import time
 
 from distributed import Client
 
-from allocator.refit import OnlineThroughputFit, StepObservation
+from allocator.profiles.refit import OnlineThroughputFit, StepObservation
 from deploy.local import local_gpu_cluster
 from elastic_tasks.cluster import WorkerPool, warm_up
 from elastic_tasks.coordinator.job import JobCoordinator

@@ -116,9 +116,9 @@ def noise_scale_rel_error(steps: int = 400, batch: int = 64, micro: int = 16) ->
     """The cheap probe vs the every-step float64 reference on the same gradients (see the docstring)."""
     import torch
 
-    from elastic_tasks.rank.noise_scale import GradientNoiseProbe, NoiseScaleEstimator, noise_terms
+    from elastic_tasks.rank.noise.scale import GradientNoiseProbe, NoiseScaleEstimator, noise_terms
     from elastic_tasks.recipe import load_entry_point, to_device
-    from elastic_tasks.rank.sharding import EpochSampler
+    from elastic_tasks.rank.data.sharding import EpochSampler
 
     recipe = load_entry_point("elastic_tasks.examples.recipes:mlp_tiny")
     torch.manual_seed(0)

@@ -53,7 +53,7 @@ sys.path.insert(0, str(REPO))
 
 from allocator.admission import OverflowMode, reallocate  # noqa: E402
 from allocator.policies import make_policy  # noqa: E402
-from allocator.profile_io import profile_from_dict  # noqa: E402
+from allocator.profiles.io import profile_from_dict  # noqa: E402
 from allocator.types import ClusterSnapshot  # noqa: E402
 from service.client import ServiceClient  # noqa: E402
 from service.feed import StoreFeed  # noqa: E402

@@ -7,7 +7,7 @@ the same policy, Δ and admission. Printed: per-job JCTs side by side and their 
 the last line is one JSON object.
 
 ``--refit``: the real run first, then the simulator on what that run measured. Each job's
-model is refitted from its own steps (``allocator.refit``, the offline profile a weak prior:
+model is refitted from its own steps (``allocator.profiles.refit``, the offline profile a weak prior:
 world size, per-rank micro-batch and accumulation under the memory cap, one host, each step's
 ``StepRecord.wall_s``, the first ``WARMUP_STEPS`` of every generation dropped) and written as
 that job's profile. What a job costs beyond its steps is measured from the same run: its
@@ -37,7 +37,7 @@ from pathlib import Path
 
 import yaml
 
-from allocator.profile_io import profile_to_dict
+from allocator.profiles.io import profile_to_dict
 
 WARMUP_STEPS = 3  # steps dropped at the start of each generation: slow after a start or regroup (refit_bench)
 SAMPLES = [16384, 8192, 8192]
@@ -127,9 +127,9 @@ def generations(history) -> list[list]:
 
 
 def refit_profile(history, prior):
-    """The job's model fitted on its own steps (``allocator.refit``; ``prior`` only where the steps say
+    """The job's model fitted on its own steps (``allocator.profiles.refit``; ``prior`` only where the steps say
     nothing). A job that never ran on several ranks keeps the prior's allreduce."""
-    from allocator.refit import OnlineThroughputFit, StepObservation
+    from allocator.profiles.refit import OnlineThroughputFit, StepObservation
     from elastic_tasks.rank.scaling import accumulation_steps
 
     fit, several = OnlineThroughputFit(prior.num_params, prior=prior), False
@@ -190,7 +190,7 @@ def compare_jcts(sim, real) -> tuple[dict, dict, dict]:
 
 def step_gaps(job_results, profile_of) -> dict[str, list[dict]]:
     """Per generation of each job: the median measured step against the model it was simulated with."""
-    from allocator.throughput import t_comm, t_proc
+    from allocator.physics.throughput import t_comm, t_proc
 
     gaps: dict[str, list[dict]] = {}
     for j, r in sorted(job_results.items()):
@@ -269,7 +269,7 @@ def main() -> None:
     if args.runs < 1 or (args.runs > 1 and not args.refit):
         ap.error("--runs: a positive count, and only with --refit")
 
-    from flows.commands.console import library_environment
+    from flows.commands.shared.console import library_environment
 
     # The CLI's own Prefect settings (telemetry off, 120 s for the temporary server to start:
     # a first start on a fresh Prefect home migrates its database and took > 20 s here).

@@ -51,11 +51,12 @@ class JobStatus:
     global_batch: int
     loss: float
     time: float
-    noise_scale: float | None = None  # smoothed gradient noise scale (elastic_tasks.rank.noise_scale), for goodput policies
+    noise_scale: float | None = None  # smoothed gradient noise scale (elastic_tasks.rank.noise.scale), for goodput policies
     lr: float | None = None  # the first parameter group's LR at that step
     # The job's latest periodic evaluations (recipe.eval_every), a few: statuses are sampled,
     # so one pushed between two reads still reaches the reader.
     recent_evals: tuple[EvalResult, ...] = ()
+    accum_steps: int = 1  # micro-steps per step the ranks ran (the plan's, else the trainer's rule)
 
 
 class JobBoard:
@@ -110,7 +111,7 @@ class JobBoard:
         except TimeoutError:
             raise TimeoutError(f"job {self.job_id}: plan version {version} not published within {timeout:g} s") from None
 
-    # the control plane's word that a generation lost a member (rank/hang_watch.py)
+    # the control plane's word that a generation lost a member (rank/health/hang_watch.py)
     def abort_generation(self, version: int) -> None:
         """Tell the ranks of generation ``version`` (and older) that a peer is gone: a data-plane
         collective they are blocked in will never complete (nccl hangs where gloo raises)."""

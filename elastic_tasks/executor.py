@@ -21,7 +21,7 @@ and if that is not enough it waits: the job keeps its planned share in the loop 
 starting), ``waiting_starts`` asks the loop to decide again, and every ``apply`` tries the start
 again until the workers are there.
 
-Units of work (one physics, ``allocator.physics``). A job that carries a ``noise_scale``, and
+Units of work (one physics, ``allocator.physics.choice``). A job that carries a ``noise_scale``, and
 every job under a ``noise_model`` (the goodput policy the loop runs, e.g. ``goodput_dp``),
 counts base-batch-equivalent samples, as in the goodput simulator
 (``allocator.simulator.goodput_executor``) and as the policy assumes: a sample at global batch
@@ -47,9 +47,9 @@ from dataclasses import dataclass
 
 from distributed import Client
 
-from allocator.execution import JobFailure, share_changes
-from allocator.goodput import NoiseModel, SpecNoise, WorkMeter, raw_sample_budget
-from allocator.throughput import throughput
+from allocator.loop.execution import JobFailure, share_changes
+from allocator.physics.goodput import NoiseModel, SpecNoise, WorkMeter, raw_sample_budget
+from allocator.physics.throughput import throughput
 from allocator.wall_split import WallSplit, job_split
 from allocator.types import Allocation, JobSpec, MeasuredTable, RescaleEvent, RescaleKind, Share, ThroughputProfile
 from elastic_tasks.cluster import WorkerPool
@@ -202,9 +202,9 @@ class DaskExecutor:
                 self._refits.setdefault(job_id, JobRefit(spec.profile, self.refit)).watch.restart()
             self._launched.setdefault(job_id, time.time())
             job = self.jobs[job_id] = JobCoordinator(self.client, self.pool, job_id, self.entrypoint(spec), self._config(spec, after))
-            outcome = job.start(after.gpus, after.batch)
+            outcome = job.start(after.gpus, after.batch, after.accum_steps)
             return RescaleEvent(now, job_id, None, after, RescaleKind.START, outcome.pause_s, measured=True)
-        outcome = job.rescale(after.gpus, after.batch)
+        outcome = job.rescale(after.gpus, after.batch, accum_steps=after.accum_steps)
         if outcome is None:
             return None  # the job ended first: nothing was rescaled, its completion frees it
         kind = RescaleKind.BATCH if outcome.kind == PlanKind.BATCH else RescaleKind.IN_PLACE
@@ -254,7 +254,9 @@ class DaskExecutor:
         if job is None or job_id in self._reported:
             return None
         status = job.status()
-        return status.noise_scale if status is not None else None
+        if status is None or status.noise_scale is None or not status.noise_scale > 0:
+            return None  # a job's odd report (an older rank's 0.0, a nan) is "not estimated", never a stopped scheduler
+        return status.noise_scale
 
     def _watch(self, job_id: str, job: JobCoordinator) -> None:
         """Feed the job's refit its latest status, with the hosts its workers span now."""
@@ -272,7 +274,7 @@ class DaskExecutor:
         return self._refits[job_id].profile()
 
     def measured(self, job_id: str, now: float) -> MeasuredTable | None:
-        """What the job measured per configuration (``allocator.measured``; None: refit off or nothing timed).
+        """What the job measured per configuration (``allocator.profiles.measured``; None: refit off or nothing timed).
         Kept across a restart of the job, like its refit: the configurations are the same."""
         refit = self._refits.get(job_id)
         return refit.measured() if refit is not None and job_id not in self._reported and job_id not in self._failures else None

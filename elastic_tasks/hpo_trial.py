@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from elastic_tasks.recipe import TrainingRecipe, load_entry_point, optimizer_argument
-from elastic_tasks.rank.state import CHECKPOINT_NAME, has_checkpoint, read_checkpoint
+from elastic_tasks.rank.state.elastic import CHECKPOINT_NAME, has_checkpoint, read_checkpoint
 
 _PREFIX = "trial_"
 

@@ -22,7 +22,7 @@ import torch
 from torch.utils.data import Subset
 
 from elastic_tasks.rank import lr as lrs
-from elastic_tasks.rank.evaluate import EvalLoader, evaluate
+from elastic_tasks.rank.evaluation.evaluate import EvalLoader, evaluate
 from elastic_tasks.rank.forward import RecipeStep
 from elastic_tasks.rank.step import autocast
 from elastic_tasks.recipe import EntryPointError, TrainingRecipe, build_optimizer, load_entry_point, to_device

@@ -63,7 +63,13 @@ class TrainConfig:
     straggler_threshold: float = 0.8
     noise_probe: bool = True  # measure the gradient noise scale (goodput_dp reads it); off only to measure its cost
     data_timeout_s: float = 600.0
-    broadcast_chunk_mb: int = 256  # a state broadcast's staging buffer, at most (rank/chunked.py)
+    broadcast_chunk_mb: int = 256  # a state broadcast's staging buffer, at most (rank/state/chunked.py)
+    hold_at_steps: frozenset[int] = frozenset()
+    """Step boundaries a switch was declared for in advance (``malleable train --rescale-at``):
+    there every rank waits (up to ``data_timeout_s``) for the coordinator's next plan rather than
+    train past a step whose plan it has not read yet. A plan's ``at_step`` alone is a lower bound:
+    ranks switch at the first boundary at or after it *once they have read it*, which on a fast
+    step or a busy host is several steps late. Only steps the coordinator will publish a plan for."""
 
     def __post_init__(self) -> None:
         _int("global_batch", self.global_batch, 1)
@@ -85,6 +91,10 @@ class TrainConfig:
         if not (math.isfinite(self.data_timeout_s) and self.data_timeout_s > 0):
             raise ValueError(f"TrainConfig.data_timeout_s={self.data_timeout_s!r}: must be a finite number > 0")
         _int("broadcast_chunk_mb", self.broadcast_chunk_mb, 1)
+        if not isinstance(self.hold_at_steps, frozenset):
+            raise ValueError(f"TrainConfig.hold_at_steps={self.hold_at_steps!r}: must be a frozenset of steps >= 1")
+        for step in sorted(self.hold_at_steps):
+            _int("hold_at_steps", step, 1)
         if self.backend not in (None, "gloo", "nccl"):
             raise ValueError(f"TrainConfig.backend={self.backend!r}: expected 'gloo', 'nccl' or None")
         _int("torch_threads", self.torch_threads, 1)
@@ -114,6 +124,9 @@ class Plan:
     global_batch: int
     at_step: int | None = None
     source: str | None = None
+    accum_steps: int | None = None
+    """The policy's accumulation (``Share.accum_steps``), passed whole; None: the trainer's own
+    rule (the smallest that fits ``max_batch_per_gpu``), for plans no policy decided."""
 
     def __post_init__(self) -> None:
         if not (isinstance(self.version, int) and self.version >= 0):
@@ -133,6 +146,14 @@ class Plan:
                 )
         if self.source is not None and self.source != FROM_CHECKPOINT and self.source not in self.members:
             raise ValueError(f"Plan.source={self.source!r}: not among members {self.members!r}")
+        if self.accum_steps is not None:
+            if not (isinstance(self.accum_steps, int) and not isinstance(self.accum_steps, bool) and self.accum_steps >= 1):
+                raise ValueError(f"Plan.accum_steps={self.accum_steps!r}: must be an integer >= 1 or None")
+            if self.members and self.global_batch < len(self.members) * self.accum_steps:
+                raise ValueError(
+                    f"Plan.accum_steps={self.accum_steps!r}: global batch {self.global_batch} leaves some of "
+                    f"{len(self.members)} GPUs x {self.accum_steps} micro-steps no sample"
+                )
 
 
 def check_batch(batch: int, gpus: int = 1) -> None:
@@ -172,7 +193,7 @@ class StepRecord:
     wall_s: float = 0.0  # from this step's start to the next step's start, on the recording rank
     agree_s: float = 0.0  # of which spent blocked on this step's agreement (it overlaps the next step)
     cpu_s: float = 0.0  # CPU time of the recording rank's process (all its threads) over wall_s
-    noise_scale: float | None = None  # smoothed gradient noise scale B_noise so far (elastic_tasks.rank.noise_scale)
+    noise_scale: float | None = None  # smoothed gradient noise scale B_noise so far (elastic_tasks.rank.noise.scale)
     # The samples ``loss``/``accuracy`` average over when not the global batch: the step's
     # agreement failed with its group (a peer died), so only this rank's own samples are known.
     loss_samples: int | None = None

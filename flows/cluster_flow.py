@@ -34,7 +34,7 @@ from allocator.wall_split import WallSplit
 from elastic_tasks.coordinator.outcomes import JobResult
 from elastic_tasks.recipe import load_entry_point
 from elastic_tasks.workloads import resolve_workload
-from flows.commands.interrupts import on_interrupt
+from flows.commands.shared.interrupts import on_interrupt
 from flows.recording.artifacts import ProgressArtifact, publish_results, summary_markdown
 from flows.config.jobfile import load_jobs_file
 from flows.config.kube import kube_spec

@@ -35,7 +35,7 @@ from elastic_tasks.cluster import warm_up
 from elastic_tasks.hpo_trial import TrialRecipeSpec, trial_entrypoint
 from flows.recording.artifacts import artifact_key
 from flows.config.hpo_file import load_hpo_file
-from flows.commands.interrupts import on_interrupt
+from flows.commands.shared.interrupts import on_interrupt
 from flows.recording.run_guard import RunGuard
 from flows.service_tasks import EmbeddedSession, JobSession, LiveSession, live_service
 from flows.config.settings import Settings, load_settings

@@ -14,7 +14,7 @@ from allocator.idle_nodes.snapshot_io import NodeRescaleCost
 from allocator.idle_nodes.table2 import TABLE2
 from allocator.idle_nodes.trace import generate_trace, load_trace, trace_stats, write_trace
 from allocator.policies import UnknownPolicyError, make_policy
-from flows.commands.console import console, fail
+from flows.commands.shared.console import console, fail
 from flows.config.paths import check_output_file
 
 IDLE_POLICIES = ("idle_nodes_milp", "idle_nodes_greedy", "idle_nodes_fifo")

@@ -23,8 +23,8 @@ from prefect.artifacts import create_table_artifact
 
 from distributed import Client
 
-from allocator.profile_io import profile_from_dict, profile_to_dict
-from allocator.throughput import fit_allreduce
+from allocator.profiles.io import profile_from_dict, profile_to_dict
+from allocator.physics.throughput import fit_allreduce
 from allocator.types import AllreduceModel, ThroughputProfile
 from elastic_tasks.profiling.allreduce_timing import measure_allreduce
 from elastic_tasks.devices import default_backend, rank_device

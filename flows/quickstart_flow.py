@@ -16,7 +16,7 @@ import yaml
 from prefect import flow
 
 from allocator.loop import StepReport
-from allocator.profile_io import profile_to_dict
+from allocator.profiles.io import profile_to_dict
 from flows.cluster_flow import ClusterOutcome, cluster_flow
 from flows.profile_flow import profile_flow
 from flows.config.settings import load_settings

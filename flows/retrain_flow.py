@@ -27,7 +27,7 @@ from elastic_tasks.coordinator.job import JobCoordinator
 from elastic_tasks.coordinator.outcomes import JobResult
 from elastic_tasks.protocol import TrainConfig
 from elastic_tasks.recipe import load_entry_point
-from elastic_tasks.rank.state import read_checkpoint
+from elastic_tasks.rank.state.elastic import read_checkpoint
 from flows.recording.artifacts import artifact_key
 from flows.plan_flow import plan_jobs
 from flows.profile_flow import profile_flow, profile_on_workers

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 
-from allocator.sources import Arrivals
+from allocator.loop.sources import Arrivals
 from allocator.types import JobSpec
 from service.entrypoints import entry_module, not_allowed, not_importable
 from service.jobspec import spec_for_loop

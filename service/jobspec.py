@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from allocator.noise import noise_to_value
-from allocator.profile_io import profile_to_dict
+from allocator.physics.noise import noise_to_value
+from allocator.profiles.io import profile_to_dict
 from allocator.specs import job_from_dict
 from allocator.types import JobSpec
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from allocator.profile_io import profile_from_dict, profile_to_dict
+from allocator.profiles.io import profile_from_dict, profile_to_dict
 from allocator.types import AllreduceModel, ThroughputProfile
 
 

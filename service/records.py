@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from allocator.lifecycle import JobState  # the one job-state vocabulary (loop, store, CLI)
+from allocator.loop.lifecycle import JobState  # the one job-state vocabulary (loop, store, CLI)
 
 
 # A service takes these up when it starts (a crash leaves jobs "running" in the store).

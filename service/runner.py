@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from distributed import Client
 
 from allocator.admission import OverflowMode
-from allocator.goodput import NoiseModel
+from allocator.physics.goodput import NoiseModel
 from allocator.loop import LoopResult, LoopSettings, StepReport, run_loop
-from allocator.measured import TrustSettings
+from allocator.profiles.measured import TrustSettings
 from allocator.policies import make_policy
 from elastic_tasks.cluster import gpu_workers, warm_up_trainer
 from elastic_tasks.workloads import resolve_workload
@@ -52,7 +52,7 @@ class ServiceConfig:
     experiment: str = "malleable"
     # MALLEABLE_ALLOWED_ENTRYPOINTS as patterns; None: any module may run.
     allowed_entrypoints: tuple[str, ...] | None = None
-    trust_measurements: bool = True  # the loop trusts what jobs measured over the model (allocator.measured)
+    trust_measurements: bool = True  # the loop trusts what jobs measured over the model (allocator.profiles.measured)
 
     def __post_init__(self) -> None:
         for name in ("interval_s", "poll_s", "progress_s", "collective_timeout_s", "lease_ttl_s"):

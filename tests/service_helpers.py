@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from allocator.profile_io import profile_to_dict
+from allocator.profiles.io import profile_to_dict
 from tests.factories import make_profile
 
 PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"

@@ -103,7 +103,7 @@ def _checkpoint(directory: Path, finished: bool) -> None:
 
     from elastic_tasks.recipe import load_entry_point
     from elastic_tasks.rank.scaling import LRRamp
-    from elastic_tasks.rank.state import ElasticState, TrainMeta
+    from elastic_tasks.rank.state.elastic import ElasticState, TrainMeta
 
     recipe = load_entry_point("elastic_tasks.examples:mlp_tiny")
     model = recipe.build_model()
@@ -131,7 +131,7 @@ def test_train_with_a_damaged_checkpoint_names_it(tmp_path):
     from typer.testing import CliRunner
 
     from flows.commands.cli import app
-    from elastic_tasks.rank.state import CHECKPOINT_NAME
+    from elastic_tasks.rank.state.elastic import CHECKPOINT_NAME
 
     _checkpoint(tmp_path / "ckpt", finished=False)
     path = tmp_path / "ckpt" / CHECKPOINT_NAME

@@ -19,7 +19,7 @@ from deploy.local import local_gpu_cluster
 from elastic_tasks.cluster import WorkerPool, warm_up
 from elastic_tasks.coordinator.job import JobCoordinator
 from elastic_tasks.protocol import PlanKind, TrainConfig
-from elastic_tasks.rank.sharding import EpochSampler
+from elastic_tasks.rank.data.sharding import EpochSampler
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -80,3 +80,40 @@ def test_batch_only_change_keeps_the_group_and_trains_the_new_batch(client):
     theirs = np.array([h.loss for h in sorted(reference.history, key=lambda h: h.step)])
     assert np.abs(ours - theirs).max() < LOSS_TOL
     print(f"batch-only switch pause {change.pause_s:.4f} s vs regroup 2->1 pause {shrink.pause_s:.4f} s")
+
+
+def test_a_declared_switch_step_holds_the_ranks_until_its_plan_is_read(client):
+    """``hold_at_steps``: a plan published long after its step would have passed still lands on
+    it. Without the hold the undelayed 20 steps are over within the sleep and the shrink never
+    happens (``rescale`` returns None); with it the ranks wait at step 8 for the plan."""
+    client.wait_for_workers(2, timeout=60)
+    config = TrainConfig(global_batch=BATCH, max_steps=STEPS, timeout_s=20.0, hold_at_steps=frozenset({SWITCH}))
+    job = JobCoordinator(client, WorkerPool(client), f"hold-{time.monotonic_ns()}", ENTRY, config)
+    job.start(2)
+    time.sleep(4.0)
+    assert job.status() is not None and job.status().step <= SWITCH  # held, not finished
+    shrink = job.rescale(1, at_step=SWITCH)
+    result = job.wait(120)
+    assert shrink is not None and (shrink.kind, shrink.step) == (PlanKind.RESCALE, SWITCH)
+    worlds = {h.step: h.world_size for h in result.history}
+    assert [worlds[t] for t in range(STEPS)] == [2] * SWITCH + [1] * (STEPS - SWITCH)
+
+
+def test_the_policys_accumulation_reaches_the_ranks_whole(client):
+    """``start``/``rescale`` with ``accum_steps`` (the policy's ``Share.accum_steps``): the ranks
+    run that many micro-steps, not their own rule's 1 (no memory cap here), and an
+    accumulation-only change is a batch-only plan on the same group."""
+    client.wait_for_workers(2, timeout=60)
+    config = TrainConfig(global_batch=BATCH, max_steps=STEPS, timeout_s=20.0, hold_at_steps=frozenset({SWITCH}))
+    job = JobCoordinator(client, WorkerPool(client), f"accum-{time.monotonic_ns()}", ENTRY, config)
+    job.start(2, accum_steps=5)
+    deadline = time.monotonic() + 60
+    while (job.status() is None or job.status().step < 3) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert job.status().accum_steps == 5
+    change = job.rescale(2, accum_steps=1, at_step=SWITCH)
+    result = job.wait(120)
+    assert change is not None and (change.kind, change.step) == (PlanKind.BATCH, SWITCH)
+    assert job.status().accum_steps == 1
+    # The micro-steps change the float summation order only: every step trained, batch unchanged.
+    assert sorted(h.step for h in result.history) == list(range(STEPS)) and {h.global_batch for h in result.history} == {BATCH}

@@ -15,7 +15,7 @@ import torch.multiprocessing as mp
 from torch import nn
 
 from elastic_tasks.rank.scaling import LRRamp
-from elastic_tasks.rank.state import ElasticState, TrainMeta
+from elastic_tasks.rank.state.elastic import ElasticState, TrainMeta
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -87,7 +87,7 @@ def test_a_grow_allocates_at_most_one_chunk_and_survivors_keep_their_tensors(tmp
 
 
 def test_chunks_cover_every_element_once():
-    from elastic_tasks.rank.chunked import _pieces
+    from elastic_tasks.rank.state.chunked import _pieces
 
     tensors = [torch.zeros(n) for n in (3, 10, 1, 7)]
     chunks = list(_pieces(tensors, 4))

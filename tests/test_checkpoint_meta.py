@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from elastic_tasks.rank.scaling import LRRamp
-from elastic_tasks.rank.state import CHECKPOINT_NAME, META_NAME, ElasticState, TrainMeta, read_meta
+from elastic_tasks.rank.state.elastic import CHECKPOINT_NAME, META_NAME, ElasticState, TrainMeta, read_meta
 
 
 def _state(step: int, finished: bool) -> ElasticState:

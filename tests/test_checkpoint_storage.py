@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from elastic_tasks.rank.scaling import LRRamp
-from elastic_tasks.rank.state import CHECKPOINT_NAME, META_NAME, ElasticState, TrainMeta, has_checkpoint, read_meta
+from elastic_tasks.rank.state.elastic import CHECKPOINT_NAME, META_NAME, ElasticState, TrainMeta, has_checkpoint, read_meta
 
 
 def _trained_state(seed: int, steps: int) -> ElasticState:

@@ -6,9 +6,9 @@ import dataclasses
 import pytest
 import torch
 
-from elastic_tasks.rank.checkpoint_writer import CheckpointWriter
+from elastic_tasks.rank.state.checkpoint_writer import CheckpointWriter
 from elastic_tasks.rank.scaling import LRRamp
-from elastic_tasks.rank.state import ElasticState, TrainMeta, read_checkpoint, read_meta
+from elastic_tasks.rank.state.elastic import ElasticState, TrainMeta, read_checkpoint, read_meta
 
 
 def _state() -> ElasticState:

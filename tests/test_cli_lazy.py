@@ -71,7 +71,7 @@ def test_commands_without_a_flow_run_never_import_prefect():
 
 def test_command_modules_never_import_each_other():
     """Read from the sources (ast), not by importing: what two commands share lives beside them
-    (flows/commands/ holds the commands and their shared console helpers; a command never
+    (flows/commands/ holds the commands, flows/commands/shared/ what they share; a command never
     imports another command)."""
     import ast
     from pathlib import Path

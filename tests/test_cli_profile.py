@@ -5,7 +5,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from allocator.profile_io import profile_from_dict
+from allocator.profiles.io import profile_from_dict
 from flows.commands.cli import app
 
 runner = CliRunner(env={"COLUMNS": "200"})

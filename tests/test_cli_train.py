@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.commands.cli import app
-from flows.commands.train import parse_rescales
+from flows.commands.train import declared_switches, parse_rescales
 
 runner = CliRunner()
 ENTRY = "elastic_tasks.examples.recipes:mlp_tiny"
@@ -35,6 +35,16 @@ def test_bad_input_one_line_exit_2_no_processes(args, needle):
 
 def test_parse_rescales():
     assert parse_rescales(["10:3", "20:1"], 30) == [(10, 3), (20, 1)]
+
+
+def test_declared_switches_are_the_steps_that_publish_a_plan():
+    # In place, a step that asks for the GPUs the job already has publishes nothing (the batch
+    # stays): holding the ranks there would stall them until the data-plane timeout.
+    schedule = [(5, 2), (10, 3), (15, 3), (20, 1)]
+    assert declared_switches(schedule, 2, restart=False) == {10, 20}
+    # The restart path stops and restarts at every declared step, the same count included.
+    assert declared_switches(schedule, 2, restart=True) == {5, 10, 15, 20}
+    assert declared_switches([], 4, restart=False) == frozenset()
 
 
 @pytest.mark.slow

@@ -18,8 +18,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from elastic_tasks.rank.collective import CollectiveFailure, HookWitness, collective
-from elastic_tasks.rank.noise_scale import GradientNoiseProbe
+from elastic_tasks.rank.health.collective import CollectiveFailure, HookWitness, collective
+from elastic_tasks.rank.noise.scale import GradientNoiseProbe
 from tests.gloo_pair import run_pair
 
 pytestmark = pytest.mark.timeout(120)

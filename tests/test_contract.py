@@ -16,12 +16,12 @@ from torch.utils.data import Dataset
 from elastic_tasks.rank import lr as lrs
 from elastic_tasks.rank import step as steps
 from elastic_tasks.examples import tiny_lm
-from elastic_tasks.rank.loader import RankLoader, rank_loader
+from elastic_tasks.rank.data.loader import RankLoader, rank_loader
 from elastic_tasks.preflight import RecipeCheckError, check_recipe
 from elastic_tasks.recipe import EntryPointError, LoaderOptions, TrainingRecipe, load_entry_point, to_device
 from elastic_tasks.rank.scaling import LRRamp, accumulation_steps, micro_batches
-from elastic_tasks.rank.sharding import EpochSampler, rank_slice
-from elastic_tasks.rank.state import ElasticState, TrainMeta, buckets
+from elastic_tasks.rank.data.sharding import EpochSampler, rank_slice
+from elastic_tasks.rank.state.elastic import ElasticState, TrainMeta, buckets
 
 
 class Indexed(Dataset):

@@ -11,7 +11,7 @@ from distributed import Client
 
 from deploy.clusters import GPU_RESOURCE, K8S_GPU, KubeSpec, connect, kube_cluster_spec
 from deploy.local import TRAINING_WORKER_ENV, local_gpu_cluster
-from elastic_tasks.cluster import gpu_workers, worker_info
+from elastic_tasks.cluster import gpu_workers, warm_up, worker_info
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -113,6 +113,21 @@ def test_local_gpu_cluster_workers_get_the_training_malloc_setting():
     with local_gpu_cluster(1) as cluster, Client(cluster) as client:
         env = client.run(lambda: os.environ.get("MALLOC_MMAP_THRESHOLD_"))
         assert set(env.values()) == {TRAINING_WORKER_ENV["MALLOC_MMAP_THRESHOLD_"]}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_warm_up_prepares_the_scheduler_to_unpickle_rank_tasks():
+    # The scheduler unpickles each submitted task; without this the first job's start waited
+    # while the scheduler imported torch (1.3-1.9 s measured). The subprocess cluster's
+    # scheduler is its own process (the LocalCluster fixture's lives in this one).
+    # A lambda travels by value: a function of this module would make the scheduler import
+    # the module, and with it the trainer.
+    trainer_imported = lambda: "elastic_tasks.rank.trainer" in __import__("sys").modules  # noqa: E731
+    with connect("local", workers=1) as sub:
+        assert not sub.run_on_scheduler(trainer_imported)
+        warm_up(sub, "elastic_tasks.examples.recipes:mlp_tiny")
+        assert sub.run_on_scheduler(trainer_imported)
 
 
 def test_a_pod_with_several_gpus_runs_one_worker_per_gpu():

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from allocator.profile_io import profile_from_dict
+from allocator.profiles.io import profile_from_dict
 from service.client import ServiceClient
 from service.priors import cached_profile
 

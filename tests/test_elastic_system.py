@@ -29,8 +29,8 @@ from elastic_tasks.coordinator.outcomes import JobFailed
 from elastic_tasks.coordinator.timeouts import plan_wait_s
 from elastic_tasks.protocol import PlanKind, RankExit, TrainConfig
 from elastic_tasks.recipe import EntryPointError
-from elastic_tasks.rank.sharding import EpochSampler
-from elastic_tasks.rank.straggler import StragglerDetector
+from elastic_tasks.rank.data.sharding import EpochSampler
+from elastic_tasks.rank.health.straggler import StragglerDetector
 from tests.recipe_sources import failing_forward_recipe
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -325,21 +325,6 @@ def test_a_job_id_runs_again_on_the_same_scheduler(client):
         result = job.wait(60)
         assert result.finished and result.steps == 5
         assert all(r.exit != RankExit.DUPLICATE for r in result.ranks)
-
-
-def test_warm_up_prepares_the_scheduler_to_unpickle_rank_tasks():
-    # The scheduler unpickles each submitted task; without this the first job's start waited
-    # while the scheduler imported torch (1.3-1.9 s measured). The subprocess cluster's
-    # scheduler is its own process (the LocalCluster fixture's lives in this one).
-    from deploy.clusters import connect
-
-    # A lambda travels by value: a function of this module would make the scheduler import
-    # the module, and with it the trainer.
-    trainer_imported = lambda: "elastic_tasks.rank.trainer" in __import__("sys").modules  # noqa: E731
-    with connect("local", workers=1) as sub:
-        assert not sub.run_on_scheduler(trainer_imported)
-        warm_up(sub, ENTRY)
-        assert sub.run_on_scheduler(trainer_imported)
 
 
 @pytest.mark.parametrize("entry", ["elastic_tasks.examples.recipes:mlp_tiny_adam", "elastic_tasks.examples.recipes:mlp_tiny_adamw"])

@@ -8,10 +8,10 @@ from hypothesis import strategies as st
 
 from elastic_tasks.coordinator.lifecycle import CoordinatorState, Lifecycle
 from elastic_tasks.protocol import FROM_CHECKPOINT, Plan, PlanKind, TrainConfig
-from elastic_tasks.rank.scaling import LRRamp, accumulation_steps, initial_lr, micro_batches, rescale_lr
-from elastic_tasks.rank.sharding import EpochSampler, rank_slice
-from elastic_tasks.rank.state import ElasticState, TrainMeta, has_checkpoint, read_meta
-from elastic_tasks.rank.straggler import StragglerDetector
+from elastic_tasks.rank.scaling import LRRamp, accumulation_steps, initial_lr, micro_batches, plan_accumulation, rescale_lr
+from elastic_tasks.rank.data.sharding import EpochSampler, rank_slice
+from elastic_tasks.rank.state.elastic import ElasticState, TrainMeta, has_checkpoint, read_meta
+from elastic_tasks.rank.health.straggler import StragglerDetector
 
 
 @settings(max_examples=60, deadline=None)
@@ -81,6 +81,22 @@ def test_accumulation_keeps_micro_batches_under_the_cap():
         accumulation_steps(64, 2, 0)
     with pytest.raises(ValueError, match="global_batch=1"):
         accumulation_steps(1, 2, 4)
+
+
+def test_the_plans_accumulation_is_taken_whole_and_checked_against_the_cap():
+    # None: the trainer's own rule. A number: used as given, if its micro-batches fit the cap.
+    assert plan_accumulation(None, 64, 2, 16) == 2
+    assert plan_accumulation(4, 64, 2, 16) == 4  # more micro-steps than the cap needs: the policy's call
+    assert plan_accumulation(3, 64, 2, None) == 3
+    with pytest.raises(ValueError, match=r"Plan.accum_steps=1: micro-batches of 32 .* exceed max_batch_per_gpu=16"):
+        plan_accumulation(1, 64, 2, 16)  # 32 per rank in one micro-step
+    with pytest.raises(ValueError, match=r"Plan.accum_steps=40: global batch 64 leaves"):
+        plan_accumulation(40, 64, 2, None)
+    with pytest.raises(ValueError, match=r"Plan.accum_steps=0"):
+        plan_accumulation(0, 64, 2, None)
+    with pytest.raises(ValueError, match=r"Plan.accum_steps=3: global batch 4 leaves"):
+        Plan(1, PlanKind.RESCALE, ("a", "b"), 4, accum_steps=3)
+    assert Plan(1, PlanKind.RESCALE, ("a", "b"), 12, accum_steps=3).accum_steps == 3
 
 
 def test_loss_scaling_makes_the_update_independent_of_the_split():

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from allocator.goodput import NoiseTrajectory
+from allocator.physics.goodput import NoiseTrajectory
 from allocator.policies import make_policy
 from allocator.types import ClusterSnapshot, InfeasibleError, RunningJob, validate_allocation
 from tests.factories import make_job, make_profile

@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from allocator.goodput import NoiseTrajectory, efficiency, goodput_table
+from allocator.physics.goodput import NoiseTrajectory, efficiency, goodput_table
 from allocator.policies import make_policy
 from allocator.simulator.run import simulate
-from allocator.topology import fit_topology
+from allocator.physics.topology import fit_topology
 from allocator.types import AllreduceModel, ClusterSnapshot
 from tests.factories import make_job, make_profile
 

@@ -8,7 +8,7 @@ from distributed import Client
 
 from allocator.loop import LoopSettings, run_loop
 from allocator.policies import make_policy
-from allocator.sources import Arrivals
+from allocator.loop.sources import Arrivals
 from deploy.local import local_gpu_cluster
 from elastic_tasks.cluster import warm_up
 from elastic_tasks.executor import DaskExecutor, JobSettings

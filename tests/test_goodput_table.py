@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from allocator.goodput import goodput_table
+from allocator.physics.goodput import goodput_table
 from allocator.types import AllreduceModel
 from tests.factories import make_job, make_profile
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.growth_bench import run_growth
-from allocator.measured import TrustSettings
+from allocator.profiles.measured import TrustSettings
 
 pytestmark = pytest.mark.slow
 

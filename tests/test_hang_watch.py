@@ -10,8 +10,8 @@ import threading
 import pytest
 
 from elastic_tasks.protocol import TrainConfig
-from elastic_tasks.rank.collective import CollectiveFailure
-from elastic_tasks.rank.hang_watch import NCCL_ERROR_ENV, HangWatch, configure_nccl_error_mode
+from elastic_tasks.rank.health.collective import CollectiveFailure
+from elastic_tasks.rank.health.hang_watch import NCCL_ERROR_ENV, HangWatch, configure_nccl_error_mode
 
 GENEROUS_HANG_BOUND_S = 60.0  # only a bound on a hang of the test itself
 

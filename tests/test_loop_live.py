@@ -3,11 +3,11 @@ changes, a stop. Driven by a fake clock, a scripted feed and an executor that on
 
 from dataclasses import dataclass, field
 
-from allocator.execution import JobFailure, share_changes
-from allocator.lifecycle import JobState
+from allocator.loop.execution import JobFailure, share_changes
+from allocator.loop.lifecycle import JobState
 from allocator.loop import LoopSettings, run_loop
 from allocator.policies import make_policy
-from allocator.sources import Arrivals
+from allocator.loop.sources import Arrivals
 from allocator.types import Allocation, RescaleEvent, RescaleKind, Share
 from tests.factories import make_job
 from tests.test_loop import FakeClock

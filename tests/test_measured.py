@@ -1,4 +1,4 @@
-"""Trust measurements over predictions (``allocator.measured``): the adapter's rules, one by one,
+"""Trust measurements over predictions (``allocator.profiles.measured``): the adapter's rules, one by one,
 with hand-made tables and a model whose predictions the test computes itself; then the loop
 with an executor whose jobs run at a "true" speed the model gets wrong (issue 26's growth)."""
 
@@ -9,9 +9,9 @@ import math
 
 import pytest
 
-from allocator.execution import JobFailure, share_changes
+from allocator.loop.execution import JobFailure, share_changes
 from allocator.loop import LoopSettings, run_loop
-from allocator.measured import TrustSettings, goodput_value, trust_measurements, trusted_share
+from allocator.profiles.measured import TrustSettings, goodput_value, trust_measurements, trusted_share
 from allocator.policies import make_policy
 from allocator.types import Allocation, AllreduceModel, ClusterSnapshot, MeasuredRate, MeasuredTable, RescaleEvent, RescaleKind, RunningJob, Share, ThroughputProfile
 from tests.factories import make_job

@@ -6,7 +6,7 @@ import pytest
 
 from allocator.loop import LoopResult, LoopSettings, JobRecord, ScheduleRow
 from allocator.metrics import completed_over_time, gpu_seconds_by_job, read_schedule_csv, schedule_csv, summarise, utilisation
-from allocator.throughput import baseline_rate
+from allocator.physics.throughput import baseline_rate
 from allocator.types import RescaleEvent, RescaleKind, Share
 from tests.factories import make_job
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from elastic_tasks.rank.hang_watch import SIMULATE_HANG_ENV
+from elastic_tasks.rank.health.hang_watch import SIMULATE_HANG_ENV
 
 STEPS, BATCH = 60, 48
 HANG_BOUND_S = 400  # generous: only catches a hang of the whole run

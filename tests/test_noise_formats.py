@@ -6,9 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from allocator.goodput import base_batch, raw_sample_budget
-from allocator.noise import NoiseTrajectory, noise_from_value
-from allocator.profile_io import profile_from_dict, profile_to_dict
+from allocator.physics.goodput import base_batch, raw_sample_budget
+from allocator.physics.noise import NoiseTrajectory, noise_from_value
+from allocator.profiles.io import profile_from_dict, profile_to_dict
 from allocator.specs import jobs_file_from_dict
 from allocator.workloads.trace import read_trace, write_trace
 from tests.factories import make_job, make_profile

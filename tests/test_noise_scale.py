@@ -12,8 +12,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel
 
-from elastic_tasks.rank.noise_scale import GradientNoiseProbe, NoiseScaleEstimator, NoiseTerms, noise_terms
-from elastic_tasks.rank.probe_schedule import SampleSchedule
+from elastic_tasks.rank.noise.scale import GradientNoiseProbe, NoiseScaleEstimator, NoiseTerms, noise_terms
+from elastic_tasks.rank.noise.probe_schedule import SampleSchedule
 
 D = 20
 W_TRUE = np.linspace(-1.0, 1.0, D)
@@ -50,6 +50,13 @@ def test_smoothed_estimate_of_synthetic_gradients_with_known_noise():
     noisy = NoiseScaleEstimator()
     noisy.update(NoiseTerms(grad_sq=-1.0, trace=5.0))
     assert noisy.value == math.inf
+    # A variance estimate that reads <= 0 (small batches, early) is "not measured yet", never
+    # B_noise = 0: a zero would fail every snapshot's validation and stop the scheduler.
+    quiet = NoiseScaleEstimator()
+    quiet.update(NoiseTerms(grad_sq=2.0, trace=-0.5))
+    assert quiet.value is None
+    quiet.update(NoiseTerms(grad_sq=2.0, trace=3.0))
+    assert quiet.value == pytest.approx((0.05 * -0.5 * 0.95 + 0.05 * 3.0) / (0.05 * 2.0 * 0.95 + 0.05 * 2.0))
 
 
 def _draw(rng, n):

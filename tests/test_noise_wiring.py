@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 
-from allocator.goodput import NoiseTrajectory, WorkMeter, raw_sample_budget
+from allocator.physics.goodput import NoiseTrajectory, WorkMeter, raw_sample_budget
 from allocator.loop import LoopSettings, run_loop
 from allocator.policies import make_policy
 from allocator.simulator.clock import SimClock

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from allocator.loop import LoopSettings
 from allocator.metrics import schedule_csv
-from allocator.physics import Physics, physics_of
+from allocator.physics.choice import Physics, physics_of
 from allocator.plan import make_plan
 from allocator.policies import make_policy
 from allocator.simulator import RescaleCost, simulate
@@ -66,7 +66,7 @@ def test_goodput_physics_charges_statistical_efficiency_from_first_principles(tm
     each sample is worth (100 + 16) / (100 + 256) base samples, so its work takes that much longer."""
     job = make_job("a", make_profile("tiny", rate=RATE, overhead_s=OVERHEAD, cap=64), min_batch=16, max_batch=256,
                    fixed_batch=256, max_gpus=1, total_samples=50_000, noise_scale=None)  # fmt: skip
-    from allocator.noise import NoiseTrajectory
+    from allocator.physics.noise import NoiseTrajectory
 
     noisy = make_job("a", job.profile, min_batch=16, max_batch=256, fixed_batch=256, max_gpus=1, total_samples=50_000,
                      base_batch=16, noise_scale=NoiseTrajectory.constant(100.0))  # fmt: skip
@@ -79,7 +79,7 @@ def test_goodput_physics_charges_statistical_efficiency_from_first_principles(tm
 
 
 def test_plan_integrates_the_noise_trajectory_at_the_planned_share():
-    from allocator.noise import NoiseTrajectory
+    from allocator.physics.noise import NoiseTrajectory
 
     trajectory = NoiseTrajectory((0.0, 0.3, 1.0), (50.0, 500.0))
     job = make_job("a", make_profile("tiny", rate=RATE, overhead_s=OVERHEAD, cap=64), min_batch=32, max_batch=32, max_gpus=1,
@@ -142,7 +142,7 @@ def test_goodput_dp_changes_batch_in_place_when_the_noise_scale_grows():
     """A lone job on its one GPU whose B_noise jumps at half its work: goodput_dp raises its batch on
     the same GPU, charged the batch-change cost (the loop decides again at the next tick, although
     nothing arrived or finished)."""
-    from allocator.noise import NoiseTrajectory
+    from allocator.physics.noise import NoiseTrajectory
 
     job = make_job("a", make_profile("tiny", rate=RATE, overhead_s=OVERHEAD, cap=64), min_batch=16, max_batch=512, max_gpus=1,
                    total_samples=400_000, noise_scale=NoiseTrajectory((0.0, 0.5, 1.0), (20.0, 5000.0)))  # fmt: skip
@@ -176,7 +176,7 @@ def test_hosts_the_physics_does_not_model_are_refused():
     from allocator.types import AllreduceModel
 
     profile = dataclasses.replace(make_profile("tiny", rate=RATE, overhead_s=OVERHEAD, cap=64), inter_host=AllreduceModel(1e-3, 1e-9))
-    from allocator.noise import NoiseTrajectory
+    from allocator.physics.noise import NoiseTrajectory
 
     jobs = [make_job("a", profile, noise_scale=NoiseTrajectory.constant(100.0))]
     with pytest.raises(ValueError, match=r"^goodput_dp.hosts=4: the run's physics places jobs on one flat network"):

@@ -15,7 +15,7 @@ import time
 import pytest
 from distributed import Client
 
-from allocator.execution import waiting_starts
+from allocator.loop.execution import waiting_starts
 from allocator.types import Allocation, RescaleKind, Share
 from deploy.local import local_gpu_cluster
 from elastic_tasks.cluster import warm_up

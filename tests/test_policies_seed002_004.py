@@ -14,7 +14,7 @@ from allocator.policies import make_policy
 from allocator.policies.efficiency_threshold import scaling_efficiency
 from allocator.admission import SupportsAdmission
 from allocator.policies.greedy import build_tables
-from allocator.throughput import rate_table
+from allocator.physics.throughput import rate_table
 from allocator.types import ClusterSnapshot, InfeasibleError, RunningJob, Share, validate_allocation
 from tests.factories import make_job, make_profile
 from tests.strategies import snapshots_with_running

@@ -58,7 +58,7 @@ def test_ported_script_trains_2_3_2_in_place_like_the_plain_loop(porting_dir, tm
     from elastic_tasks.cluster import WorkerPool, warm_up
     from elastic_tasks.coordinator.job import JobCoordinator
     from elastic_tasks.protocol import TrainConfig
-    from elastic_tasks.rank.state import read_checkpoint
+    from elastic_tasks.rank.state.elastic import read_checkpoint
 
     # Spawned Dask workers inherit sys.path: they import recipe and plain_loop from here.
     monkeypatch.syspath_prepend(str(porting_dir))

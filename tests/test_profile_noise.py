@@ -4,8 +4,8 @@ import json
 
 from typer.testing import CliRunner
 
-from allocator.noise import NoiseTrajectory
-from allocator.profile_io import profile_from_dict
+from allocator.physics.noise import NoiseTrajectory
+from allocator.profiles.io import profile_from_dict
 from allocator.specs import jobs_file_from_dict
 from flows.commands.cli import app
 

@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from allocator.profile_io import monotone_envelope, profile_from_dict, profile_to_dict
+from allocator.profiles.io import monotone_envelope, profile_from_dict, profile_to_dict
 from allocator.types import AllreduceModel, ThroughputProfile
 from elastic_tasks.examples import mlp_tiny, vgg_small
 from elastic_tasks.profiling.cache import ProfileCache

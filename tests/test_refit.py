@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from allocator.refit import OnlineThroughputFit, StepObservation, fit_step_times, nnls
+from allocator.profiles.refit import OnlineThroughputFit, StepObservation, fit_step_times, nnls
 from tests.factories import make_profile
 
 P = 20_000_000

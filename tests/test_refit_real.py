@@ -8,8 +8,8 @@ from distributed import Client
 
 from allocator.loop import LoopSettings, run_loop
 from allocator.policies import make_policy
-from allocator.sources import Arrivals
-from allocator.throughput import t_comm, t_proc
+from allocator.loop.sources import Arrivals
+from allocator.physics.throughput import t_comm, t_proc
 from deploy.local import local_gpu_cluster
 from elastic_tasks.cluster import warm_up
 from elastic_tasks.executor import DaskExecutor, JobSettings

@@ -9,31 +9,31 @@ from allocator.loop import LoopSettings, run_loop
 from allocator.policies import make_policy
 from allocator.simulator.clock import SimClock
 from allocator.simulator.executor import SimExecutor
-from allocator.throughput import t_comm, t_proc
+from allocator.physics.throughput import t_comm, t_proc
 from allocator.types import AllreduceModel
 from elastic_tasks.board import JobStatus
 from elastic_tasks.coordinator.refit_watch import JobRefit, RefitSettings, StepWatch
 from tests.factories import make_job, make_profile
 
 
-def report(version, step, seconds_per_step, world=2, batch=96, t0=1000.0):
+def report(version, step, seconds_per_step, world=2, batch=96, t0=1000.0, accum=1):
     """Rank 0's status after ``step`` steps of a generation that runs ``seconds_per_step`` per step."""
-    return JobStatus(version, step, step * batch, world, batch, 1.0, t0 + step * seconds_per_step)
+    return JobStatus(version, step, step * batch, world, batch, 1.0, t0 + step * seconds_per_step, accum_steps=accum)
 
 
 def test_intervals_of_one_generation_after_its_warm_up():
-    watch = StepWatch(max_batch_per_gpu=16, warmup_steps=3)
+    watch = StepWatch(warmup_steps=3)
     steps = [5, 7, 9, 12, 12, 20]  # first seen at step 5: warm-up until step 8, so 9 opens the first interval
-    out = [watch.observe(report(0, s, 0.25), hosts=1) for s in steps]
+    out = [watch.observe(report(0, s, 0.25, accum=3), hosts=1) for s in steps]
     assert [len(o) for o in out] == [0, 0, 0, 12 - 9, 0, 20 - 12]  # one per step of the interval
-    # 96 samples over 2 ranks = 48 each; a cap of 16 makes that 3 micro-steps of 16.
+    # 96 samples over 2 ranks = 48 each; the 3 micro-steps the ranks reported make micro-batches of 16.
     for obs in out[3] + out[5]:
         assert (obs.gpus, obs.micro_batch, obs.accum_steps, obs.hosts) == (2, 16, 3, 1)
         assert obs.seconds == pytest.approx(0.25)
 
 
 def test_no_interval_spans_two_generations_or_a_report_with_unknown_hosts():
-    watch = StepWatch(max_batch_per_gpu=64, warmup_steps=0)
+    watch = StepWatch(warmup_steps=0)
     assert watch.observe(None, hosts=1) == []
     assert watch.observe(report(0, 10, 0.1), 1) == []  # first of generation 0: anchors only
     assert watch.observe(report(0, 20, 0.1), 1) == []  # warm-up 0: this one opens the interval

@@ -11,7 +11,7 @@ from torch import nn
 
 from elastic_tasks.devices import process_group_backend
 from elastic_tasks.rank.scaling import LRRamp
-from elastic_tasks.rank.state import ElasticState, TrainMeta
+from elastic_tasks.rank.state.elastic import ElasticState, TrainMeta
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 

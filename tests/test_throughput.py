@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from allocator.throughput import b_opt, baseline_rate, fit_allreduce, rate_table, t_comm, t_proc, throughput
+from allocator.physics.throughput import b_opt, baseline_rate, fit_allreduce, rate_table, t_comm, t_proc, throughput
 from allocator.types import AllreduceModel, ThroughputProfile
 from tests.factories import make_job
 

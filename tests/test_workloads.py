@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from allocator.throughput import baseline_rate
+from allocator.physics.throughput import baseline_rate
 from allocator.workloads.arrivals import ArrivalSpec, arrival_times_min, base_rate_per_min, rate_segments
 from allocator.workloads.seed000 import CATEGORIES, category, make_job
 from allocator.workloads.trace import TraceError, read_trace, write_trace

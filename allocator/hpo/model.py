@@ -11,7 +11,7 @@ A plan gives the GPUs of each stage. The model walks the paper's DAG stage by st
   and the rest queue (list scheduling: the next trial goes to the first GPU that frees).
   A trial run costs its start-up latency plus ``iters`` steps; a step at the job's fixed
   global batch on g GPUs takes ``accum * t_proc(micro) + t_comm(p, g)`` from
-  ``allocator.throughput`` (gradient accumulation when the memory cap forces it), with the
+  ``allocator.physics.throughput`` (gradient accumulation when the memory cap forces it), with the
   instance type's cross-instance allreduce for trials that placement had to split.
 * SYNC: the stage ends when its last trial ends, plus the barrier latency.
 
@@ -36,7 +36,7 @@ import numpy as np
 
 from allocator.hpo.placement import stage_spans
 from allocator.hpo.spec import Billing, CloudModel, HpoSpec, Stage, TrialModel
-from allocator.throughput import t_comm, t_proc
+from allocator.physics.throughput import t_comm, t_proc
 from allocator.types import AllreduceModel
 
 # A straggler draw never makes a step faster than this fraction of the mean.

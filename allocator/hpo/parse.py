@@ -30,7 +30,7 @@ from allocator.hpo.spec import (
     TrialModel,
     successive_halving,
 )
-from allocator.profile_io import profile_from_dict
+from allocator.profiles.io import profile_from_dict
 from allocator.strict import check_fields, mapping
 from allocator.types import AllreduceModel, ThroughputProfile
 

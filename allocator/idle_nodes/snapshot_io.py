@@ -16,7 +16,7 @@ from enum import Enum
 import numpy as np
 
 from allocator.idle_nodes.model import Problem, ScalingCurve, Trainer
-from allocator.throughput import rate_table
+from allocator.physics.throughput import rate_table
 from allocator.types import Allocation, ClusterSnapshot, InfeasibleError, JobSpec, Share
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from allocator.policies.base import register
 from allocator.policies.dp import solve_dp
-from allocator.throughput import RateTable, baseline_rate, rate_table, throughput
+from allocator.physics.throughput import RateTable, baseline_rate, rate_table, throughput
 from allocator.types import Allocation, ClusterSnapshot, InfeasibleError, JobSpec, Share
 
 

@@ -2,7 +2,7 @@
 
 For each job and GPU count k the batch (and the gradient-accumulation steps it needs) is
 the one that maximises goodput(B, k) = T(B, k) E(B) at the job's current gradient noise
-scale (``allocator.goodput``). A job's speedup on k GPUs is its best goodput there over its
+scale (``allocator.physics.goodput``). A job's speedup on k GPUs is its best goodput there over its
 best goodput on one GPU; the DP maximises the power mean of the speedups,
 (1/J sum_j s_j^p)^(1/p), as Pollux does (OSDI'21, eq. 8): p = 1 is total normalised
 goodput, p -> 0 the geometric mean, p < 0 favours the jobs that gain least (small jobs do not
@@ -26,10 +26,10 @@ from enum import Enum
 import numpy as np
 
 from allocator.admission import admit_in_order
-from allocator.goodput import NoiseTrajectory, goodput_rows
+from allocator.physics.goodput import NoiseTrajectory, goodput_rows
 from allocator.policies.base import register
 from allocator.policies.dp import solve_dp
-from allocator.topology import gpus_per_host
+from allocator.physics.topology import gpus_per_host
 from allocator.protocols import AdmissionDecision, OverflowMode
 from allocator.types import Allocation, ClusterSnapshot, InfeasibleError, JobSpec, Share
 

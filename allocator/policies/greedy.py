@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from allocator.policies.elastic_dp import job_table
-from allocator.throughput import RateTable
+from allocator.physics.throughput import RateTable
 from allocator.types import Allocation, InfeasibleError, JobSpec, Share
 
 # gain(job index, from k GPUs, to k2 GPUs) -> value per added GPU; compared with the bar.

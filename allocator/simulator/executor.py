@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from allocator.simulator.modelled import ModelledCluster
-from allocator.throughput import throughput
+from allocator.physics.throughput import throughput
 from allocator.types import JobSpec, RescaleKind, Share
 
 # Seconds a batch-only change costs a job: the ranks reopen their data stream at the new batch

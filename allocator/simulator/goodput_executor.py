@@ -3,7 +3,7 @@
 Every policy is judged on the same physics: a job running a share (k GPUs, global batch B,
 s accumulation steps) advances at T(B, k, s) x E(B) base-batch-equivalent samples per second,
 where E follows the job's gradient-noise-scale trajectory over its progress
-(``allocator.goodput``). The trajectory is piecewise constant in progress, so the rate is
+(``allocator.physics.goodput``). The trajectory is piecewise constant in progress, so the rate is
 constant within each piece and finish times are exact sums over pieces. A job finishes
 when it has done ``total_samples`` base-batch-equivalent samples.
 """
@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from allocator.goodput import NoiseTrajectory, base_batch, efficiency, step_time
+from allocator.physics.goodput import NoiseTrajectory, base_batch, efficiency, step_time
 from allocator.loop import LoopResult, LoopSettings, StepReport, run_loop
 from allocator.policies.base import Policy
 from allocator.simulator.clock import SimClock

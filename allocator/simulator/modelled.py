@@ -13,7 +13,7 @@ import heapq
 from collections.abc import Mapping
 from typing import Generic, Protocol, TypeVar
 
-from allocator.execution import JobFailure, share_changes
+from allocator.loop.execution import JobFailure, share_changes
 from allocator.loop import EPS
 from allocator.types import Allocation, JobSpec, RescaleEvent, RescaleKind, Share
 

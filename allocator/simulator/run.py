@@ -1,6 +1,6 @@
 """``simulate``: the shared loop with a jumping clock and a modelled executor, on one physics per run.
 
-A run's physics follows its jobs (``allocator.physics``): goodput (``GoodputSimExecutor``) when
+A run's physics follows its jobs (``allocator.physics.choice``): goodput (``GoodputSimExecutor``) when
 any job carries a gradient noise scale, else throughput (``SimExecutor``). Every policy compared
 on the same jobs is judged on the same physics, and a policy that models noise differently from
 the jobs' own is refused (``check_physics``).
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 
 from allocator.loop import LoopResult, LoopSettings, StepReport, run_loop
-from allocator.physics import Physics, check_physics, physics_of
+from allocator.physics.choice import Physics, check_physics, physics_of
 from allocator.policies.base import Policy
 from allocator.simulator.clock import SimClock
 from allocator.simulator.executor import RescaleCost, SimExecutor

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from allocator.loop import LoopResult
 from allocator.simulator.executor import RescaleCost
-from allocator.throughput import throughput
+from allocator.physics.throughput import throughput
 from allocator.types import JobSpec, RescaleKind
 from allocator.wall_split import WallSplit
 

@@ -11,8 +11,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from allocator.profile_io import profile_from_dict
-from allocator.throughput import baseline_rate
+from allocator.profiles.io import profile_from_dict
+from allocator.physics.throughput import baseline_rate
 from allocator.types import JobSpec, ThroughputProfile
 
 

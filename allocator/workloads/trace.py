@@ -15,7 +15,7 @@ elastic        optional  true/false (default true)
 gpus           optional  GPUs for a non-elastic job (default 1)
 profile        optional  profile name; default ``cat<category>``, else ``model``
 noise_scale    optional  gradient noise scale: a number, ``f:v f:v ...`` (v from fraction f
-                         of the work on) or a JSON mapping of any ``allocator.noise`` form
+                         of the work on) or a JSON mapping of any ``allocator.physics.noise`` form
                          (default: the profile's, else none)
 base_batch     optional  B0, the batch ``samples`` are counted at (default: min_batch, or
                          max_batch for a non-elastic job)
@@ -29,7 +29,7 @@ import io
 import json
 from collections.abc import Iterable, Mapping
 
-from allocator.noise import NoiseTrajectory, noise_from_cell, noise_from_value, noise_to_cell
+from allocator.physics.noise import NoiseTrajectory, noise_from_cell, noise_from_value, noise_to_cell
 from allocator.types import JobSpec, ThroughputProfile
 
 COLUMNS = ("name", "submit_s", "category", "model", "samples", "min_batch", "max_batch", "max_gpus", "elastic", "gpus", "profile", "noise_scale", "base_batch")

@@ -20,26 +20,26 @@ if TYPE_CHECKING:
     from elastic_tasks.coordinator.job import JobCoordinator
 
 
-def change_batch(job: JobCoordinator, global_batch: int, at_step: int | None = None) -> RescaleOutcome | None:
-    """Switch ``job`` to ``global_batch`` on its current ranks; blocks until they train on it.
+def change_batch(job: JobCoordinator, global_batch: int, at_step: int | None = None, accum_steps: int | None = None) -> RescaleOutcome | None:
+    """Switch ``job`` to ``global_batch`` (and ``accum_steps``) on its current ranks; blocks until they train on it.
 
     None when there is nothing to change or the job ended before the ranks reached the switch.
     """
     with job.plan_lock:
         members = job.members
         check_batch(global_batch, len(members))
-        if global_batch == job.global_batch:
+        if global_batch == job.global_batch and accum_steps == job.accum_steps:
             return None
         job.lifecycle.move(CoordinatorState.RESCALING)
         version = job.next_version()
-        job.publish(Plan(version, PlanKind.BATCH, members, global_batch, at_step=at_step))
+        job.publish(Plan(version, PlanKind.BATCH, members, global_batch, at_step=at_step, accum_steps=accum_steps))
     # Outside the plan lock: a failure meanwhile must be able to start recovery.
     event = job.wait_applied(version, job.startup_s + job.eta_s(at_step))
     job.lifecycle.move(CoordinatorState.RUNNING, only_from=(CoordinatorState.RESCALING,))
     if event is None:
         return None
     with job.plan_lock:
-        job.global_batch = global_batch
+        job.global_batch, job.accum_steps = global_batch, accum_steps
     outcome = RescaleOutcome(version, PlanKind.BATCH, len(members), len(members), global_batch, event.step, event.pause_s, 0.0)
     job.rescales.append(outcome)
     return outcome

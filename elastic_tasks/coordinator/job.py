@@ -32,7 +32,7 @@ from elastic_tasks.protocol import FROM_CHECKPOINT, Plan, PlanKind, RankResult, 
 from elastic_tasks.recipe import load_entry_point
 from elastic_tasks.coordinator.recovery import Recovery, RecoveryRecord
 from elastic_tasks.coordinator.restart import restart_rescale
-from elastic_tasks.rank.state import has_checkpoint
+from elastic_tasks.rank.state.elastic import has_checkpoint
 from elastic_tasks.coordinator.timeouts import startup_s, suspend_s
 from elastic_tasks.rank.trainer import run_rank
 
@@ -78,6 +78,7 @@ class JobCoordinator:
         self.futures: dict[str, Future] = {}
         self.version = -1
         self.global_batch = config.global_batch
+        self.accum_steps: int | None = None  # the plan in effect's (None: the ranks' own rule)
         self.rescales: list[RescaleOutcome] = []
         self.removed_stragglers: list[tuple[int, str]] = []
         self.lifecycle = Lifecycle()
@@ -108,7 +109,9 @@ class JobCoordinator:
     def finished(self) -> bool:
         return self.pump.heard.finished is not None
 
-    def start(self, gpus: int, global_batch: int | None = None) -> RescaleOutcome:
+    def start(self, gpus: int, global_batch: int | None = None, accum_steps: int | None = None) -> RescaleOutcome:
+        """``accum_steps``: the policy's (``Share.accum_steps``); None lets the ranks pick the
+        smallest that fits ``max_batch_per_gpu``."""
         batch = self.config.global_batch if global_batch is None else global_batch
         check_batch(batch, gpus)
         workers = self.pool.take(self.job_id, gpus)
@@ -120,8 +123,8 @@ class JobCoordinator:
             version = self.next_version()
             uids = [self.launch(addr, version) for addr in workers]
             t0 = time.time()
-            self.publish(Plan(version, PlanKind.START, tuple(uids), batch, source=source_of or uids[0]))
-            self.members, self.global_batch = tuple(uids), batch
+            self.publish(Plan(version, PlanKind.START, tuple(uids), batch, source=source_of or uids[0], accum_steps=accum_steps))
+            self.members, self.global_batch, self.accum_steps = tuple(uids), batch, accum_steps
         self.pump.start()
         event = self.wait_applied(version, self.startup_s)
         if event is None and not self.finished:
@@ -131,18 +134,19 @@ class JobCoordinator:
         self.rescales.append(outcome)
         return outcome
 
-    def rescale(self, gpus: int, global_batch: int | None = None, at_step: int | None = None) -> RescaleOutcome | None:
-        """Grow or shrink in place, or change the batch alone; blocks until the job trains on it.
-        None if the job ended first. A shrink keeps the longest-running ranks (rank 0 first)."""
+    def rescale(self, gpus: int, global_batch: int | None = None, at_step: int | None = None, accum_steps: int | None = None) -> RescaleOutcome | None:
+        """Grow or shrink in place, or change the batch (or accumulation) alone; blocks until the
+        job trains on it. None if the job ended first. A shrink keeps the longest-running ranks
+        (rank 0 first). ``accum_steps`` as in ``start``."""
         batch = self.global_batch if global_batch is None else global_batch
         check_batch(batch, gpus)
         if gpus == len(self.members):
-            return change_batch(self, batch, at_step)  # the same ranks: no regroup
+            return change_batch(self, batch, at_step, accum_steps)  # the same ranks: no regroup
         with self.plan_lock:
             before = self.members
             keep = before[:gpus]
             added = self.pool.take(self.job_id, gpus - len(keep)) if gpus > len(keep) else []
-            pending = self._publish_regroup(before, keep, added, batch, at_step)
+            pending = self._publish_regroup(before, keep, added, batch, at_step, accum_steps)
         return self._await_regroup(pending)
 
     def replace(self, uid: str, at_step: int | None = None) -> RescaleOutcome | None:
@@ -316,7 +320,9 @@ class JobCoordinator:
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _publish_regroup(self, before: tuple[str, ...], keep: tuple[str, ...], added: list[str], batch: int, at_step: int | None) -> _Pending | None:
+    def _publish_regroup(
+        self, before: tuple[str, ...], keep: tuple[str, ...], added: list[str], batch: int, at_step: int | None, accum_steps: int | None = None
+    ) -> _Pending | None:
         """Launch ranks on ``added`` workers, let them get ready while the job trains, publish the plan.
 
         None if the job finished while the new ranks got ready: they are told to leave.
@@ -334,7 +340,7 @@ class JobCoordinator:
                 return None
             raise self.fail(f"new ranks {new} did not become ready; {self._occupancy(added)}")
         members = tuple(keep) + tuple(new)
-        plan = Plan(version, PlanKind.RESCALE, members, batch, at_step=at_step, source=members[0] if new else None)
+        plan = Plan(version, PlanKind.RESCALE, members, batch, at_step=at_step, source=members[0] if new else None, accum_steps=accum_steps)
         self.publish(plan)
         return _Pending(plan, before, time.time() - t0)
 
@@ -348,7 +354,7 @@ class JobCoordinator:
         if event is None:
             return None
         with self.plan_lock:
-            self.members, self.global_batch = plan.members, plan.global_batch
+            self.members, self.global_batch, self.accum_steps = plan.members, plan.global_batch, plan.accum_steps
             self.pool.give_back(self.worker_of[u] for u in pending.before if u not in plan.members)
         outcome = RescaleOutcome(plan.version, PlanKind.RESCALE, len(pending.before), len(plan.members), plan.global_batch, event.step, event.pause_s, pending.prepare_s)
         self.rescales.append(outcome)

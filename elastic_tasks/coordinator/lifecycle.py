@@ -1,6 +1,6 @@
 """A job's lifecycle as its coordinator sees it (cf. ``torch.distributed.elastic``'s ``WorkerState``).
 
-Finer than the job's state the loop, the store and the CLI share (``allocator.lifecycle.JobState``):
+Finer than the job's state the loop, the store and the CLI share (``allocator.loop.lifecycle.JobState``):
 this one follows the coordinator's generations, hence its name ``CoordinatorState``.
 
     INIT -> STARTING -> RUNNING <-> RESCALING        (in-place or checkpoint-restart switch)

@@ -1,7 +1,7 @@
 """Which free GPU workers a job takes: as few hosts as possible (a pure choice, tested by enumeration).
 
 Ranks on one host talk over shared memory or NVLink; across hosts, over the network, whose
-allreduce is slower (``allocator.topology``: the goodput model charges a job by the hosts it
+allreduce is slower (``allocator.physics.topology``: the goodput model charges a job by the hosts it
 spans, counting it packed onto as few as possible — the executor must do what the model
 assumes). A worker's host is the host part of its address.
 

@@ -9,7 +9,7 @@ scheduler's view of the workers is then the only witness, checked on every pump 
 On nccl a dead peer does not make the survivors' collective fail: it hangs. So the same
 check tells the ranks (``JobBoard.abort_generation``) as soon as one member of the running
 generation is dead; each rank's ``HangWatch`` then aborts its communicator and the survivors
-report as they would on gloo (rank/hang_watch.py, docs/elastic.md "Two planes").
+report as they would on gloo (rank/health/hang_watch.py, docs/elastic.md "Two planes").
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from elastic_tasks.board import EventKind, RankEvent
 from elastic_tasks.coordinator.lifecycle import CoordinatorState
 from elastic_tasks.protocol import FROM_CHECKPOINT, Plan, PlanKind
-from elastic_tasks.rank.state import has_checkpoint
+from elastic_tasks.rank.state.elastic import has_checkpoint
 
 if TYPE_CHECKING:
     from elastic_tasks.coordinator.job import JobCoordinator
@@ -147,7 +147,7 @@ class Recovery:
             else:
                 log.warning("job %s: generation %d lost %s; %d survivor(s) continue", job.job_id, failed_version, why, len(survivors))
             job.publish(new_plan)
-            job.members, job.global_batch = new_plan.members, new_plan.global_batch
+            job.members, job.global_batch, job.accum_steps = new_plan.members, new_plan.global_batch, new_plan.accum_steps
             record = RecoveryRecord(failed_version, version, survivors, lost, resumed, last_step, None, new_plan.source == FROM_CHECKPOINT)
             self.records.append(record)
         # Wait for the new generation here (the pump must keep pumping events meanwhile).

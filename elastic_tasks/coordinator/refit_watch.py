@@ -1,13 +1,13 @@
-"""A running job's measured steps, refitted into its throughput model (``allocator.refit``).
+"""A running job's measured steps, refitted into its throughput model (``allocator.profiles.refit``).
 
 The executor reads each job's status now and then (``JobCoordinator.status``: rank 0's step
 counter, world size, global batch, plan version and the wall time it recorded its latest step).
 Two reports of one generation (plan version), n steps apart, say that those n steps took
 ``(t2 - t1) / n`` seconds each: n ``StepObservation``s of that mean (one per step, so the
 prior fades by steps reported, as ``OnlineThroughputFit`` says; one shared frozen instance, so
-a step costs the list a reference), on the generation's GPUs, the trainer's micro-batch and
-accumulation steps for that world size and batch (``scaling.accumulation_steps`` under the
-job's memory cap) and the hosts its workers span. Reports come every 0.5 s or so (the rank's
+a step costs the list a reference), on the generation's GPUs, the micro-batch and accumulation
+steps the ranks reported running (the policy's ``Share.accum_steps``, passed whole in the plan)
+and the hosts its workers span. Reports come every 0.5 s or so (the rank's
 courier): the steps between two are timed together.
 
 The job's offline profile is the fit's prior; once the job has reported steps its own
@@ -22,11 +22,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from allocator.measured_types import MeasuredRate, MeasuredTable
-from allocator.refit import OnlineThroughputFit, StepObservation
+from allocator.profiles.measured_types import MeasuredRate, MeasuredTable
+from allocator.profiles.refit import OnlineThroughputFit, StepObservation
 from allocator.types import ThroughputProfile
 from elastic_tasks.board import JobStatus
-from elastic_tasks.rank.scaling import accumulation_steps
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +54,7 @@ class StepWatch:
     not match its world size: a generation in transition) ends no interval either.
     """
 
-    def __init__(self, max_batch_per_gpu: int | None, warmup_steps: int = 3) -> None:
-        self.max_batch_per_gpu = max_batch_per_gpu
+    def __init__(self, warmup_steps: int = 3) -> None:
         self.warmup_steps = warmup_steps
         self.restart()
 
@@ -80,10 +78,10 @@ class StepWatch:
         if status.step <= last.step or status.time <= last.time:
             return []  # the same report again (polled faster than the rank pushes)
         self._last = status
-        if hosts is None or status.world_size != last.world_size or status.global_batch != last.global_batch:
+        if hosts is None or status.world_size != last.world_size or status.global_batch != last.global_batch or status.accum_steps != last.accum_steps:
             return []
         k, batch = status.world_size, status.global_batch
-        accum = accumulation_steps(batch, k, self.max_batch_per_gpu)
+        accum = status.accum_steps  # what the ranks ran (the policy's, passed whole in the plan)
         steps = status.step - last.step
         return [StepObservation(k, -(-batch // (k * accum)), accum, min(hosts, k), (status.time - last.time) / steps)] * steps
 
@@ -93,7 +91,7 @@ class JobRefit:
 
     def __init__(self, prior: ThroughputProfile, settings: RefitSettings = RefitSettings()) -> None:
         self.prior = prior
-        self.watch = StepWatch(prior.max_batch_per_gpu, settings.warmup_steps)
+        self.watch = StepWatch(settings.warmup_steps)
         self.fit = OnlineThroughputFit(prior.num_params, prior=prior, half_life=settings.half_life)
         self.observations = 0
         self._intra_seen = self._inter_seen = False

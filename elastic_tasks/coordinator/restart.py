@@ -59,7 +59,7 @@ def restart_rescale(job: JobCoordinator, gpus: int, global_batch: int | None, at
         version = job.next_version()
         uids = [job.launch(addr, version) for addr in workers]
         job.publish(Plan(version, PlanKind.RESCALE, tuple(uids), batch, source=FROM_CHECKPOINT))
-        job.members, job.global_batch = tuple(uids), batch
+        job.members, job.global_batch, job.accum_steps = tuple(uids), batch, None
     event = job.wait_applied(version, job.startup_s)
     if event is None:
         raise job.fail("restarted ranks did not come up")

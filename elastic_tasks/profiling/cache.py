@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from allocator.profile_io import profile_from_dict, profile_to_dict
+from allocator.profiles.io import profile_from_dict, profile_to_dict
 from allocator.types import ThroughputProfile
 
 _FORMAT = 1

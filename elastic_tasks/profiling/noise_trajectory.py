@@ -3,11 +3,11 @@
 One process trains the recipe the way a rank does (its model, data, optimizer and linear-
 scaling LR; the trainer's sample stream and loss scaling), at global batch ``batch`` split
 into micro-batches of ``micro``, for ``epochs`` epochs. The trainer's own estimator
-(``elastic_tasks.rank.noise_scale.GradientNoiseProbe``, its one-rank accumulation path:
+(``elastic_tasks.rank.noise.scale.GradientNoiseProbe``, its one-rank accumulation path:
 small = each micro-batch's gradient, big = the step's) measures B_noise every step; the
 smoothed value is kept at ``points`` evenly spaced fractions of the run.
 
-The result is a step trajectory (``allocator.noise``): each measured value holds from halfway
+The result is a step trajectory (``allocator.physics.noise``): each measured value holds from halfway
 to the previous point to halfway to the next, what ``malleable profile --noise`` writes into
 the profile's ``noise_scale``. Measure over about the job's own length: a job takes the
 trajectory over the fraction of *its* work.
@@ -22,10 +22,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from allocator.noise import NoiseTrajectory
-from elastic_tasks.rank.noise_scale import GradientNoiseProbe
-from elastic_tasks.rank.probe_schedule import SampleSchedule
-from elastic_tasks.rank.sharding import EpochSampler
+from allocator.physics.noise import NoiseTrajectory
+from elastic_tasks.rank.noise.scale import GradientNoiseProbe
+from elastic_tasks.rank.noise.probe_schedule import SampleSchedule
+from elastic_tasks.rank.data.sharding import EpochSampler
 from elastic_tasks.recipe import TrainingRecipe, to_device
 
 
@@ -66,7 +66,7 @@ def measure_noise_trajectory(
     model = recipe.build_model().to(target)
     optimizer = recipe.make_optimizer(model.parameters(), recipe.base_lr * batch / recipe.base_batch)
     sampler = EpochSampler(len(recipe.dataset), seed)  # type: ignore[arg-type]
-    # Offline: every step is sampled (the trainer's probe samples every N-th; rank/probe_schedule.py).
+    # Offline: every step is sampled (the trainer's probe samples every N-th; rank/noise/probe_schedule.py).
     probe = GradientNoiseProbe(smoothing=0.95, schedule=SampleSchedule(max_every=1))
     marks = {int(round(f * (steps - 1))): float(f) for f in np.linspace(1 / points, 1.0, points)}
     fractions, values, losses, recent = [], [], [], []

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import torch
 
-from allocator.profile_io import monotone_envelope
-from allocator.throughput import fit_allreduce
+from allocator.profiles.io import monotone_envelope
+from allocator.physics.throughput import fit_allreduce
 from allocator.types import AllreduceModel, ThroughputProfile
 from elastic_tasks.profiling.allreduce_timing import AllreduceSample, measure_allreduce
 from elastic_tasks.profiling.iteration_timing import Stepper, cuda_fits, largest_fitting_batch, time_iterations, trainable_params

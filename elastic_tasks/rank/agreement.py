@@ -19,7 +19,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from elastic_tasks.rank.collective import collective
+from elastic_tasks.rank.health.collective import collective
 from elastic_tasks.protocol import StepRecord
 
 

@@ -10,7 +10,7 @@ import dataclasses
 import statistics
 
 from elastic_tasks.protocol import EvalResult, RankExit, RankResult, StepRecord, SwitchRecord
-from elastic_tasks.rank.state import TrainMeta
+from elastic_tasks.rank.state.elastic import TrainMeta
 
 
 @dataclasses.dataclass(slots=True)

@@ -70,6 +70,25 @@ def accumulation_steps(global_batch: int, world_size: int, max_batch_per_gpu: in
     return -(-largest_local // max_batch_per_gpu)
 
 
+def plan_accumulation(planned: int | None, global_batch: int, world_size: int, max_batch_per_gpu: int | None) -> int:
+    """Micro-steps per step for a generation: the policy's ``Share.accum_steps`` as the plan
+    carries it, checked against the batch and the memory cap; None (a plan no policy decided:
+    ``malleable train``, recovery) falls back to the smallest that fits the cap."""
+    if planned is None:
+        return accumulation_steps(global_batch, world_size, max_batch_per_gpu)
+    check_batch(global_batch, world_size)
+    if not (isinstance(planned, int) and not isinstance(planned, bool) and planned >= 1):
+        raise ValueError(f"Plan.accum_steps={planned!r}: must be an integer >= 1 or None")
+    if global_batch < world_size * planned:
+        raise ValueError(f"Plan.accum_steps={planned!r}: global batch {global_batch} leaves some of {world_size} GPUs x {planned} micro-steps no sample")
+    micro = -(-(-(-global_batch // world_size)) // planned)
+    if max_batch_per_gpu is not None and micro > max_batch_per_gpu:
+        raise ValueError(
+            f"Plan.accum_steps={planned!r}: micro-batches of {micro} on {world_size} GPU(s) at global batch {global_batch} exceed max_batch_per_gpu={max_batch_per_gpu}"
+        )
+    return planned
+
+
 def micro_batches(count: int, accum: int) -> list[tuple[int, int]]:
     """Split ``count`` local samples into at most ``accum`` non-empty [start, stop) chunks."""
     if accum < 1:

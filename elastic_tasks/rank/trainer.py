@@ -2,17 +2,18 @@
 
 A rank builds its recipe once, then lives through *generations* (numbered plans). Each
 generation is one process group whose rank 0 hosts the rendezvous (a fresh ``TCPStore`` on
-its own host, address published through the job board). On a plan change the surviving
-ranks keep their process, model and optimizer tensors; they destroy the old process group,
-join the new one, and — if someone new joined — everyone copies the state of a survivor
-over the collective backend (no disk). Ranks not in the new plan leave cleanly.
+its own host, address published through the job board; ``process_group.py``). On a plan
+change the surviving ranks keep their process, model and optimizer tensors; they destroy the
+old process group, join the new one, and — if someone new joined — everyone copies the state
+of a survivor over the collective backend (no disk). Ranks not in the new plan leave cleanly.
 
-Coordination is asynchronous (seed 002): a background thread (``courier.py``) watches the
+Coordination is asynchronous (seed 002): a background thread (``plan_watcher.py``) watches the
 board for new plans while training runs; at the end of every step the ranks agree, in one
 tiny allreduce that also sums the step's loss (``agreement.py``), on the newest plan any of
-them has seen, and all switch at the same step boundary. A collective that fails (a peer
-died) raises ``CollectiveFailure`` and sends the rank into recovery: it reports its step and
-waits for the coordinator's recovery plan, losing at most the step in flight.
+them has seen, and all switch at the same step boundary (``plan_switch.py``). A collective
+that fails (a peer died) raises ``CollectiveFailure`` and sends the rank into recovery: it
+reports its step and waits for the coordinator's recovery plan, losing at most the step in
+flight. What it records and reports as it goes is ``reporting.py``.
 """
 
 from __future__ import annotations
@@ -22,20 +23,20 @@ import dataclasses
 import logging
 import time
 from collections.abc import Iterator
-from datetime import timedelta
 
 import torch
-import torch.distributed as dist
 from distributed import get_client, get_worker
 from distributed.comm import get_address_host
 from torch.nn.parallel import DistributedDataParallel
 
 from elastic_tasks.rank import step as steps
 from elastic_tasks.rank.agreement import Agreed, Agreement, StepOutcome
-from elastic_tasks.rank.checkpoint_writer import CheckpointWriter
+from elastic_tasks.rank.state.checkpoint_writer import CheckpointWriter
 from elastic_tasks.rank.step_clock import LocalClock
-from elastic_tasks.board import EventKind, JobBoard, JobStatus, RankEvent
-from elastic_tasks.rank.collective import CollectiveFailure, HookWitness, collective
+from elastic_tasks.board import EventKind, JobBoard, RankEvent
+from elastic_tasks.rank.health.collective import CollectiveFailure, HookWitness, collective
+from elastic_tasks.rank.plan_switch import PlanSwitch
+from elastic_tasks.rank.process_group import ProcessGroups
 from elastic_tasks.rank.plan_watcher import Courier as _Courier
 from elastic_tasks.protocol import (
     FROM_CHECKPOINT,
@@ -45,26 +46,25 @@ from elastic_tasks.protocol import (
     RankExit,
     RankResult,
     RankSpec,
-    SwitchRecord,
 )
-from elastic_tasks.devices import default_backend, process_group_backend, rank_device
+from elastic_tasks.devices import default_backend, rank_device
 from elastic_tasks.rank import lr as lrs
-from elastic_tasks.rank.evaluate import RankEvaluation
+from elastic_tasks.rank.evaluation.evaluate import RankEvaluation
 from elastic_tasks.rank.forward import RecipeStep
-from elastic_tasks.rank.hang_watch import HangWatch, abort_communicators, configure_nccl_error_mode, simulate_hang_requested
-from elastic_tasks.rank.loader import RankLoader
-from elastic_tasks.rank.noise_scale import GradientNoiseProbe
+from elastic_tasks.rank.health.hang_watch import HangWatch, abort_communicators, simulate_hang_requested
+from elastic_tasks.rank.data.loader import RankLoader
+from elastic_tasks.rank.noise.scale import GradientNoiseProbe
 from elastic_tasks.rank.records import RankRecords
+from elastic_tasks.rank.reporting import RankReporter
 from elastic_tasks.recipe import TrainingRecipe, build_optimizer, load_entry_point, to_device
-from elastic_tasks.rank.scaling import accumulation_steps, initial_lr, micro_batches, rescale_lr
-from elastic_tasks.rank.sharding import EpochSampler, rank_slice
-from elastic_tasks.rank.state import ElasticState, TrainMeta, has_checkpoint, read_meta
-from elastic_tasks.rank.straggler import StragglerDetector
+from elastic_tasks.rank.scaling import initial_lr, micro_batches, plan_accumulation, rescale_lr
+from elastic_tasks.rank.data.sharding import EpochSampler, rank_slice
+from elastic_tasks.rank.state.elastic import ElasticState, TrainMeta, has_checkpoint, read_meta
+from elastic_tasks.rank.health.straggler import StragglerDetector
 from elastic_tasks.rank.wall_split import Phase, WallTimeline
-from elastic_tasks.coordinator.timeouts import RECOVERY_POLL_S, plan_wait_s
+from elastic_tasks.coordinator.timeouts import plan_wait_s
 
 log = logging.getLogger(__name__)
-RECENT_EVALS = 8  # periodic evaluations carried in rank 0's status (JobStatus.recent_evals)
 
 def run_rank(spec: RankSpec) -> RankResult:
     """Dask task: train as rank ``spec.uid`` on board ``spec.board_id`` until the job ends or the rank leaves."""
@@ -79,9 +79,7 @@ def run_rank(spec: RankSpec) -> RankResult:
             board.post(RankEvent(EventKind.ERROR, spec.uid, spec.join_version, -1, detail=f"{type(exc).__name__}: {exc}"[:500]))
         raise
     finally:
-        if dist.is_initialized():
-            with contextlib.suppress(Exception):
-                dist.destroy_process_group()
+        ProcessGroups.drop()
 
 
 class _Rank:
@@ -109,24 +107,29 @@ class _Rank:
         self.state.capture_rng()
         self.sampler = EpochSampler(len(self.recipe.dataset), self.config.seed)  # type: ignore[arg-type]
         self.loader = RankLoader(self.recipe, self.sampler)  # one per rank; loader workers outlive generations
-        self.detector = StragglerDetector(self.config.straggler_alpha, self.config.straggler_threshold)
         self.courier = _Courier(board)
-        self.plan: Plan | None = None
-        self.pending: Plan | None = None
+        self.switch = PlanSwitch(board, self.config, self.wall)  # the plan in effect and the next one
         self.rank = 0
         self.world = 0
+        self.accum = 1  # micro-steps per step of the generation in effect (rank/scaling.plan_accumulation)
         self.ddp: DistributedDataParallel | None = None
-        self._stores: list[dist.TCPStore] = []
+        self.groups = ProcessGroups(board, self.host, self.backend, self.config)
         self.records = RankRecords()
+        detector = StragglerDetector(self.config.straggler_alpha, self.config.straggler_threshold)
+        self.report = RankReporter(spec.uid, board, self.courier, self.records, detector)
         self.agreement: Agreement | None = None  # this generation's end-of-step agreements
         self.noise = GradientNoiseProbe()  # gradient noise scale for goodput (issue 14)
         self.witness = HookWitness()  # tells a failed gradient allreduce from the recipe's own errors
         self.checkpoints = CheckpointWriter()  # rank 0's periodic checkpoints, off the step loop
         self.local_clock = LocalClock(self.device)  # straggler timing: CUDA events on a GPU
-        # Frees a data-plane collective that a lost peer left hanging (nccl); rank/hang_watch.py.
+        # Frees a data-plane collective that a lost peer left hanging (nccl); rank/health/hang_watch.py.
         abort = abort_communicators if self.backend == "nccl" else (lambda: None)  # gloo cannot abort in flight
         self.watch = HangWatch(board.aborted_generation, self.config.data_timeout_s, abort=abort, simulate_hang=simulate_hang_requested())
         self.wall.record(Phase.START, t_created, time.time())
+
+    @property
+    def plan(self) -> Plan | None:
+        return self.switch.current
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -175,11 +178,11 @@ class _Rank:
     def _enter(self, plan: Plan, t_stop: float) -> None:
         """Join generation ``plan.version``: new process group, state from the source, new DDP."""
         self._drop_group()
-        self.plan, self.pending = plan, None
+        self.switch.adopt(plan)
         self.rank, self.world = plan.members.index(self.spec.uid), len(plan.members)
         self.agreement = Agreement(self.rank, self.world)
         with collective(f"rendezvous of generation {plan.version}"):
-            self._form_group(plan)
+            self.groups.form(plan.version, self.rank, self.world)
         with self.wall.phase(Phase.STATE_TRANSFER):
             if plan.source == FROM_CHECKPOINT:
                 self.checkpoints.wait()
@@ -193,27 +196,7 @@ class _Rank:
             # The whole recipe step runs inside DDP's forward; step_fn gets the raw model (rank/forward.py).
             self.ddp = DistributedDataParallel(RecipeStep(self.state.model, self.recipe), init_sync=False, forward_sync_buffers=False)
         self.noise.attach(self.ddp, wrap=self.witness.wrap)
-        pause = time.time() - t_stop
-        meta = self.state.meta
-        self.records.switches.append(SwitchRecord(plan.version, plan.kind, meta.step, self.world, meta.global_batch, pause, plan.source))
-        self.records.step_times = []
-        if self.rank == 0:
-            self.board.post(RankEvent(EventKind.APPLIED, self.spec.uid, plan.version, meta.step, pause_s=pause, world_size=self.world))
-
-    def _form_group(self, plan: Plan) -> None:
-        # The store is the control plane (short timeout); the group's collectives the data plane.
-        timeout = timedelta(seconds=self.config.timeout_s)
-        configure_nccl_error_mode(self.backend)
-        if self.rank == 0:
-            store = dist.TCPStore(self.host, 0, self.world, is_master=True, timeout=timeout, wait_for_workers=False)
-            self.board.set_rendezvous(plan.version, self.host, store.port)
-        else:
-            host, port = self.board.rendezvous(plan.version, timeout=self.config.timeout_s)
-            store = dist.TCPStore(host, port, self.world, is_master=False, timeout=timeout)
-        # Keep the previous generation's store alive a little longer: a slow peer may still close on it.
-        self._stores = [*self._stores[-1:], store]
-        data_timeout = timedelta(seconds=self.config.data_timeout_s)
-        dist.init_process_group(process_group_backend(self.backend), store=store, rank=self.rank, world_size=self.world, timeout=data_timeout)
+        self.report.switched(plan, self.state.meta, self.rank, self.world, time.time() - t_stop, plan.source)
 
     def _apply_batch(self, plan: Plan) -> None:
         meta = self.state.meta
@@ -223,12 +206,12 @@ class _Rank:
         elif plan.global_batch != meta.global_batch:
             lr = rescale_lr(meta.lr, meta.step, meta.global_batch, plan.global_batch, self.config.lr_ramp_steps)
             self.state.meta = dataclasses.replace(meta, global_batch=plan.global_batch, lr=lr)
+        self.accum = plan_accumulation(plan.accum_steps, plan.global_batch, self.world, self.config.max_batch_per_gpu)
 
     def _open_loader(self) -> None:
         """A DataLoader over this generation's share of the stream, from the position all ranks agree on."""
         meta = self.state.meta
-        accum = accumulation_steps(meta.global_batch, self.world, self.config.max_batch_per_gpu)
-        self.batches = self.loader.start(meta.samples_seen, meta.global_batch, self.world, self.rank, accum)
+        self.batches = self.loader.start(meta.samples_seen, meta.global_batch, self.world, self.rank, self.accum)
 
     def _drop_group(self) -> None:
         self.ddp = None
@@ -236,9 +219,7 @@ class _Rank:
         if self.agreement is not None:  # a peer failed during the next step: a completed agreement still counts
             self._record(self.agreement.salvage(self.noise.value))
             self.agreement = None
-        if dist.is_initialized():
-            with contextlib.suppress(Exception):
-                dist.destroy_process_group()
+        self.groups.drop()
 
     def _leave(self, plan: Plan, t_stop: float) -> RankResult:
         with self.wall.phase(Phase.CHECKPOINT):
@@ -283,17 +264,7 @@ class _Rank:
         self.records.recoveries.append((failed, step))
         log.warning("rank %s: generation %d failed at step %d: %s", self.spec.uid, failed, step, exc)
         self.board.post(RankEvent(EventKind.FAILED, self.spec.uid, failed, step, detail=str(exc)[:300]))
-        deadline = time.monotonic() + plan_wait_s(self.config)
-        version = failed
-        while time.monotonic() < deadline:
-            latest = self.courier.refresh()
-            while version < latest:
-                version += 1
-                plan = self.board.plan(version, timeout=self.config.timeout_s)
-                if plan.kind in (PlanKind.RECOVER, PlanKind.STOP, PlanKind.CHECKPOINT_STOP):
-                    return plan if self.spec.uid in plan.members else None
-            time.sleep(RECOVERY_POLL_S)
-        return None
+        return self.switch.recovery(failed, self.spec.uid, self.courier)
 
     # -- training ------------------------------------------------------------------------------
 
@@ -331,15 +302,11 @@ class _Rank:
     def _switch_batch(self, plan: Plan) -> None:
         """A batch-only plan: keep the process group and DDP; the next step runs the new batch."""
         t_stop = time.time()
-        self.plan, self.pending = plan, None
+        self.switch.adopt(plan)
         self._apply_batch(plan)
         self.batches = None  # what it prefetched at the old batch is read again from the switch step
         self._open_loader()
-        meta, pause = self.state.meta, time.time() - t_stop
-        self.records.switches.append(SwitchRecord(plan.version, plan.kind, meta.step, self.world, meta.global_batch, pause, None))
-        self.records.step_times = []
-        if self.rank == 0:
-            self.board.post(RankEvent(EventKind.APPLIED, self.spec.uid, plan.version, meta.step, pause_s=pause, world_size=self.world))
+        self.report.switched(plan, self.state.meta, self.rank, self.world, time.time() - t_stop, None)
 
     def _step(self) -> StepOutcome:
         t0, cpu0 = time.perf_counter(), time.process_time()
@@ -350,7 +317,7 @@ class _Rank:
         local = indices[lo:hi]
         if self.config.record_indices:
             self.records.indices.append((meta.step, tuple(int(i) for i in local)))
-        chunks = micro_batches(len(local), accumulation_steps(batch, self.world, self.config.max_batch_per_gpu))
+        chunks = micro_batches(len(local), self.accum)
         lr_factor = lrs.lr_factor(self.recipe, meta.lr.at(meta.step), meta.samples_seen)
         self.state.optimizer.zero_grad(set_to_none=True)
         ddp, batches, recipe, scaler = self.ddp, self.batches, self.recipe, self.state.scaler
@@ -401,7 +368,8 @@ class _Rank:
             result = self.evaluation.if_due(self.state, self.rank, self.world, agreed, self._done())
         if result is not None:
             self.records.evals.append(result)
-        return None if agreed is None else self._next_plan(agreed.newest_version)
+        assert self.plan is not None
+        return self.switch.due(self.plan.version if agreed is None else agreed.newest_version, self.state.meta.step)
 
     def _settle(self) -> None:
         """Wait for the agreement in flight and record it (before a switch, a stop or the end);
@@ -410,39 +378,8 @@ class _Rank:
         with self.watch.data_plane(self.plan.version if self.plan else -1, "agreement"):
             self._record(self.agreement.settle(self.noise.value))
 
-    def _next_plan(self, newest: int) -> Plan | None:
-        """The plan to switch to at this boundary: the newest any rank has seen, once its step has come."""
-        plan = self.plan
-        assert plan is not None
-        if newest > plan.version and (self.pending is None or newest > self.pending.version):
-            candidate = self.board.plan(newest, timeout=self.config.timeout_s)
-            if candidate.kind != PlanKind.RECOVER:  # recovery plans are for ranks in recovery
-                self.pending = candidate
-        pending = self.pending
-        if pending is not None and (pending.at_step is None or self.state.meta.step >= pending.at_step):
-            return pending
-        return None
-
     def _record(self, agreed: Agreed | None) -> None:
-        """Keep a read agreement's step record; flag stragglers; rank 0 reports status."""
-        plan = self.plan
-        if agreed is None or plan is None:
-            return
-        record = agreed.record
-        self.records.history.append(record)
-        if record.loss_samples is not None:  # one rank's view of a step whose group failed
-            return
-        self.records.step_times.append(record.wall_s)
-        for uid in self.detector.update(dict(zip(plan.members, agreed.throughput, strict=True))):
-            self.records.stragglers.append((record.step, uid))
-            if self.rank == 0:
-                self.board.post(RankEvent(EventKind.STRAGGLER, uid, plan.version, record.step))
-        if self.rank == 0:
-            meta = self.state.meta
-            self.courier.status = JobStatus(
-                plan.version, meta.step, meta.samples_seen, self.world, meta.global_batch, record.loss, time.time(), record.noise_scale,
-                lr=record.lr, recent_evals=tuple(self.records.evals[-RECENT_EVALS:]),
-            )
+        self.report.stepped(agreed, self.plan, self.state.meta, self.rank, self.world, self.accum)
 
     def _result(self, exit_: RankExit, evaluation: EvalResult | None = None) -> RankResult:
         return dataclasses.replace(self.records.result(self.spec.uid, exit_, self.state.meta, evaluation), wall=self.wall.snapshot())

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-from flows.commands import stop_latch
+from flows.commands.shared import stop_latch
 
 # Before click and typer are imported: `malleable serve` handles SIGTERM from its first instant.
 stop_latch.arm(sys.argv)
@@ -90,7 +90,7 @@ class LazyGroup(TyperGroup):
 
     def invoke(self, ctx: click.Context) -> object:
         # Before the command's module is imported: Prefect and Dask read these at import.
-        from flows.commands.console import quiet_libraries
+        from flows.commands.shared.console import quiet_libraries
 
         quiet_libraries(verbose=bool(ctx.params.get("verbose")))
         return super().invoke(ctx)

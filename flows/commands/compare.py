@@ -8,9 +8,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from flows.commands.common import settings_or_fail
+from flows.commands.shared.common import settings_or_fail
 from flows.recording.comparison import CompareError, Comparison, check_run_ids, check_runs, compare_runs, mixed_models_warning, png_path
-from flows.commands.console import console, fail, warn
+from flows.commands.shared.console import console, fail, warn
 from flows.config.paths import check_output_file
 
 _FORMATS = {".png", ".pdf", ".svg", ".jpg", ".jpeg"}

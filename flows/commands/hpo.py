@@ -16,8 +16,8 @@ from rich.table import Table
 from allocator.hpo.model import Prediction
 from allocator.hpo.planner import NoFeasiblePlanError, PlanResult, Scorer, exhaustive_plan, greedy_plan, static_baseline
 from allocator.hpo.spec import HpoSpec
-from flows.commands.common import prefect_state_or_fail, scheduler_or_fail, settings_or_fail
-from flows.commands.console import EXIT_FAILED, console, fail
+from flows.commands.shared.common import prefect_state_or_fail, scheduler_or_fail, settings_or_fail
+from flows.commands.shared.console import EXIT_FAILED, console, fail
 from flows.config.hpo_file import load_hpo_file
 
 app = typer.Typer(help="Deadline-constrained, cost-minimising plans for successive-halving HPO (seed 001).", no_args_is_help=True)

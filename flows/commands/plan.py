@@ -10,11 +10,11 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from allocator.physics import Physics
+from allocator.physics.choice import Physics
 from allocator.plan import Plan, make_plan
 from allocator.policies import UnknownPolicyError, make_policy
 from allocator.types import InfeasibleError
-from flows.commands.console import console, fail
+from flows.commands.shared.console import console, fail
 from flows.config.jobfile import load_jobs_file
 
 

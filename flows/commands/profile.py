@@ -10,15 +10,15 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from allocator.profile_io import profile_to_dict
-from allocator.throughput import t_comm
+from allocator.profiles.io import profile_to_dict
+from allocator.physics.throughput import t_comm
 from elastic_tasks.profiling.cache import ProfileCache
 from elastic_tasks.profiling.noise_trajectory import NoiseMeasurement, measure_noise_trajectory
 from elastic_tasks.profiling.settings import ProfilerError, ProfileSettings
 from elastic_tasks.profiling.profiler import ProfileReport, profile_cached
 from elastic_tasks.recipe import load_entry_point
-from flows.commands.common import settings_or_fail
-from flows.commands.console import EXIT_FAILED, console, fail
+from flows.commands.shared.common import settings_or_fail
+from flows.commands.shared.console import EXIT_FAILED, console, fail
 from flows.config.paths import check_output_dir, check_output_file
 
 

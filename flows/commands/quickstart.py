@@ -8,10 +8,10 @@ from typing import Annotated
 
 import typer
 
-from flows.commands.common import prefect_state_or_fail, scheduler_or_fail, settings_or_fail
-from flows.commands.common import print_ui_hint
-from flows.commands.tables import outcome_table
-from flows.commands.console import EXIT_FAILED, console, err_console, fail
+from flows.commands.shared.common import prefect_state_or_fail, scheduler_or_fail, settings_or_fail
+from flows.commands.shared.common import print_ui_hint
+from flows.commands.shared.tables import outcome_table
+from flows.commands.shared.console import EXIT_FAILED, console, err_console, fail
 
 
 def quickstart(
@@ -28,8 +28,8 @@ def quickstart(
         fail(f"scale={scale}: must be > 0")
     prefect_state_or_fail()
     scheduler_or_fail(settings)
-    from flows.commands.interrupts import install
-    from flows.commands.live import LoopProgress
+    from flows.commands.shared.interrupts import install
+    from flows.commands.shared.live import LoopProgress
     from flows.quickstart_flow import quickstart_flow
 
     console.print(f"[bold]malleable quickstart[/]: 3 jobs, {workers} virtual GPU workers, elastic_dp, Δ = {interval:g} s; state in {settings.state_dir}", soft_wrap=True)

@@ -9,8 +9,8 @@ import typer
 
 from allocator.policies import UnknownPolicyError, make_policy
 from elastic_tasks.recipe import load_entry_point
-from flows.commands.common import prefect_state_or_fail, scheduler_or_fail, settings_or_fail
-from flows.commands.console import EXIT_FAILED, console, fail
+from flows.commands.shared.common import prefect_state_or_fail, scheduler_or_fail, settings_or_fail
+from flows.commands.shared.console import EXIT_FAILED, console, fail
 
 
 def retrain(

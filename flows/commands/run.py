@@ -8,9 +8,9 @@ from typing import Annotated
 import typer
 
 from allocator.policies import UnknownPolicyError, make_policy
-from flows.commands.common import prefect_state_or_fail, print_ui_hint, scheduler_or_fail, settings_or_fail
-from flows.commands.tables import jobs_table, outcome_table
-from flows.commands.console import EXIT_FAILED, console, err_console, fail
+from flows.commands.shared.common import prefect_state_or_fail, print_ui_hint, scheduler_or_fail, settings_or_fail
+from flows.commands.shared.tables import jobs_table, outcome_table
+from flows.commands.shared.console import EXIT_FAILED, console, err_console, fail
 from flows.config.jobfile import load_jobs_file
 
 
@@ -53,8 +53,8 @@ def run(
         console.print(f"MLflow parent run [bold]{outcome.recorded.parent_run}[/]")
     else:
         from flows.cluster_flow import JobsFailed, cluster_flow
-        from flows.commands.interrupts import install
-        from flows.commands.live import LoopProgress
+        from flows.commands.shared.interrupts import install
+        from flows.commands.shared.live import LoopProgress
 
         install(lambda sig: f"interrupted ({sig}): ranks stopped, cluster shut down, MLflow runs marked KILLED; jobs resume from their checkpoints in {settings.resolved_checkpoint_dir}")
         try:

@@ -9,9 +9,9 @@ from typing import Annotated
 
 import typer
 
-from flows.commands.common import settings_or_fail, store_or_fail
-from flows.commands.tables import generations_table, jobs_table
-from flows.commands.console import EXIT_FAILED, console, fail, print_raw
+from flows.commands.shared.common import settings_or_fail, store_or_fail
+from flows.commands.shared.tables import generations_table, jobs_table
+from flows.commands.shared.console import EXIT_FAILED, console, fail, print_raw
 
 
 def _read_store(settings):
@@ -58,7 +58,7 @@ def serve(
     if not verbose:
         logging.getLogger("distributed").setLevel(logging.ERROR)
 
-    from flows.commands.stop_latch import armed
+    from flows.commands.shared.stop_latch import armed
 
     # Only now (the input is good): the CLI armed the latch at start; signals are acted on from here.
     latch = armed()

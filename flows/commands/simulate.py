@@ -18,7 +18,7 @@ from allocator.admission import OverflowMode
 from allocator.loop import LoopResult, LoopSettings
 from allocator.metrics import RunMetrics, schedule_csv, summarise
 from allocator.policies import UnknownPolicyError, make_policy, policy_parameters
-from allocator.profile_io import load_profile_dir
+from allocator.profiles.io import load_profile_dir
 from allocator.simulator import Physics, RescaleCost, physics_of, simulate
 from allocator.simulator.run import check_physics
 from allocator.simulator.experiments import EXPERIMENTS, SEED000_INTERVAL_S, Outcome, run_setting
@@ -26,7 +26,7 @@ from allocator.types import JobSpec
 from allocator.workloads.seed000 import load_category_profiles
 from allocator.workloads.trace import TraceError, read_trace
 from flows.idle_replay import replay_idle_nodes
-from flows.commands.console import EXIT_FAILED, console, fail
+from flows.commands.shared.console import EXIT_FAILED, console, fail
 from flows.config.jobfile import load_jobs_file, load_noise_file, with_noise
 from flows.config.paths import check_output_dir, read_text_file
 

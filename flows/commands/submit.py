@@ -14,8 +14,8 @@ from typing import Annotated
 
 import typer
 
-from flows.commands.common import settings_or_fail, store_or_fail
-from flows.commands.console import err_console, fail, print_raw
+from flows.commands.shared.common import settings_or_fail, store_or_fail
+from flows.commands.shared.console import err_console, fail, print_raw
 
 # Flags that describe one job: with --file they would be ignored, so they are refused.
 _JOB_FLAGS = ("samples", "epochs", "dataset_samples", "min_batch", "max_batch", "min_gpus", "max_gpus", "name", "profile")
@@ -24,7 +24,7 @@ _JOB_FLAGS = ("samples", "epochs", "dataset_samples", "min_batch", "max_batch", 
 def _profile_for(workload: str, profile: Path | None, settings) -> tuple[object, str | None]:
     """The job's throughput profile (a file, else the newest cached one for the workload, else a
     prior) and a note to print once the job is accepted."""
-    from allocator.profile_io import profile_from_dict
+    from allocator.profiles.io import profile_from_dict
 
     if profile is not None:
         try:
@@ -143,7 +143,7 @@ def submit(
         fail(f"--name={name[:40]!r}: must be 1 to {MAX_NAME_CHARS} characters (it has {len(name)})")
     _check_entrypoint(entrypoint, settings, import_check)
     total = _work(samples, epochs, dataset_samples)
-    from allocator.profile_io import profile_to_dict
+    from allocator.profiles.io import profile_to_dict
     from service.client import ServiceClient
     from service.jobspec import validate_entry
     from service.store import IdempotencyConflict, StorePermissionError

@@ -15,8 +15,8 @@ from elastic_tasks.coordinator.outcomes import JobFailed, JobResult
 from elastic_tasks.preflight import check_entry_point
 from elastic_tasks.protocol import TrainConfig
 from elastic_tasks.recipe import EntryPointError, TrainingRecipe, load_entry_point
-from flows.commands.console import EXIT_FAILED, console, err_console, fail, warn
-from flows.commands.live import eval_line
+from flows.commands.shared.console import EXIT_FAILED, console, err_console, fail, warn
+from flows.commands.shared.live import eval_line
 from flows.config.paths import check_output_dir, check_output_file
 from flows.config.settings import Settings, load_settings
 from flows.recording.step_curve import sparkline, write_history_csv
@@ -42,6 +42,17 @@ def parse_rescales(items: list[str], steps: int) -> list[tuple[int, int]]:
     return out
 
 
+def declared_switches(schedule: list[tuple[int, int]], gpus: int, restart: bool) -> frozenset[int]:
+    """The steps of ``schedule`` the coordinator will publish a plan for: every one on the restart
+    path, else those that change the GPU count (the batch stays, so the same count is no plan)."""
+    held, previous = set(), gpus
+    for step, target in schedule:
+        if restart or target != previous:
+            held.add(step)
+        previous = target
+    return frozenset(held)
+
+
 # TrainConfig validates its fields; a user typed flags, so errors name those.
 _FLAGS = {
     "TrainConfig.global_batch": "--batch",
@@ -62,7 +73,7 @@ def _as_flags(message: str) -> str:
 
 def _already_finished(path: Path, name: str) -> bool:
     """A reused directory whose checkpoint says finished: say so instead of training nothing."""
-    from elastic_tasks.rank.state import check_readable, has_checkpoint, read_meta
+    from elastic_tasks.rank.state.elastic import check_readable, has_checkpoint, read_meta
 
     if not has_checkpoint(path):
         return False
@@ -138,6 +149,7 @@ def train(
             checkpoint_every=checkpoint_every,
             timeout_s=timeout_s,
             data_timeout_s=data_timeout_s,
+            hold_at_steps=declared_switches(schedule, gpus, restart),
         )
     except (EntryPointError, ValueError) as exc:  # SettingsError is a ValueError
         fail(_as_flags(str(exc)))
@@ -193,10 +205,10 @@ def _run(
     from deploy.local import local_gpu_cluster
     from elastic_tasks.cluster import WorkerPool, warm_up
     from elastic_tasks.coordinator.job import JobCoordinator
-    from flows.commands.live import StepProgress
+    from flows.commands.shared.live import StepProgress
 
     with console.status(f"starting {n_workers} Dask worker(s)"):
-        # -v (flows.commands.console.quiet_libraries) sets this logger to INFO; the workers follow it.
+        # -v (flows.commands.shared.console.quiet_libraries) sets this logger to INFO; the workers follow it.
         cluster = local_gpu_cluster(n_workers, log_level=logging.getLogger("distributed").getEffectiveLevel())
     with cluster, Client(cluster) as client:
         warm_up(client, entrypoint)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from flows.commands.common import settings_or_fail, ui_commands
-from flows.commands.console import console
+from flows.commands.shared.common import settings_or_fail, ui_commands
+from flows.commands.shared.console import console
 
 
 def ui() -> None:

@@ -12,8 +12,8 @@ from pathlib import Path
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from allocator.noise import NoiseTrajectory, noise_from_value
-from allocator.profile_io import profile_from_dict
+from allocator.physics.noise import NoiseTrajectory, noise_from_value
+from allocator.profiles.io import profile_from_dict
 from allocator.specs import JobsFile, jobs_file_from_dict
 from allocator.types import JobSpec, ThroughputProfile
 from flows.config.paths import read_data_file, read_text_file
@@ -53,7 +53,7 @@ def load_jobs_file(path: str | Path) -> JobsFile:
 
 
 def load_noise_file(path: str | Path) -> dict[str, NoiseTrajectory]:
-    """A JSON/YAML mapping job id or workload -> noise_scale (any form of ``allocator.noise``)."""
+    """A JSON/YAML mapping job id or workload -> noise_scale (any form of ``allocator.physics.noise``)."""
     where = f"noise file {str(path)!r}"
     data = read_data_file(Path(path), "noise file")
     if not isinstance(data, dict) or not data:

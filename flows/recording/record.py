@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from allocator.loop import JobRecord, LoopResult, LoopSettings
 from allocator.metrics import RunMetrics, gpu_seconds_by_job, schedule_csv, summarise
-from allocator.throughput import throughput
+from allocator.physics.throughput import throughput
 from allocator.types import JobSpec
 from flows.recording.plots import plot_completed, plot_gpus_per_job
 from flows.recording.tracking import MetricPoint, Tracker

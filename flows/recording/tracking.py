@@ -88,7 +88,7 @@ def unavailable(exc: BaseException) -> bool:
 
 
 def _say(message: str) -> None:
-    from flows.commands.console import err_console
+    from flows.commands.shared.console import err_console
 
     err_console.print(f"[yellow]{message}[/]", highlight=False, soft_wrap=True)
 

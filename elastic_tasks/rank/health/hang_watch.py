@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator
 
 import torch.distributed as dist
 
-from elastic_tasks.rank.collective import CollectiveFailure
+from elastic_tasks.rank.health.collective import CollectiveFailure
 
 # nccl's watchdog on a timed-out collective: 2 = abort the communicators and raise in the
 # waiting thread ("clean up only"), where torch's default (1) tears the process down.

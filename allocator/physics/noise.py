@@ -1,7 +1,7 @@
 """A job's gradient noise scale B_noise over its progress, and the forms files give it in.
 
 B_noise = tr(Σ) / |G|² (McCandlish et al. 2018, eq. 2.8): Σ the per-sample gradient covariance,
-G the true gradient. It sets how much a larger batch is worth (``allocator.goodput``).
+G the true gradient. It sets how much a larger batch is worth (``allocator.physics.goodput``).
 
 Forms a jobs file, a trace or a profile accepts in its ``noise_scale`` field (``noise_from_value``):
 

@@ -14,13 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from allocator.admission import OverflowMode, admit, reallocate
-from allocator.execution import Executor, reported_measurements, reported_noise_scale, reported_profile, waiting_starts
-from allocator.goodput import NoiseModel
-from allocator.lifecycle import JobState
-from allocator.loop_types import JobRecord, JobTransition, LoopResult, LoopSettings, ScheduleRow, StepReport
-from allocator.measured import Value, goodput_value, rate_value, trust_measurements, would_revert
+from allocator.loop.execution import Executor, reported_measurements, reported_noise_scale, reported_profile, waiting_starts
+from allocator.physics.goodput import NoiseModel
+from allocator.loop.lifecycle import JobState
+from allocator.loop.types import JobRecord, JobTransition, LoopResult, LoopSettings, ScheduleRow, StepReport
+from allocator.profiles.measured import Value, goodput_value, rate_value, trust_measurements, would_revert
 from allocator.policies.base import Policy
-from allocator.sources import EPS, Arrivals, JobSource
+from allocator.loop.sources import EPS, Arrivals, JobSource
 from allocator.types import Allocation, ClusterSnapshot, InfeasibleError, JobSpec, RescaleEvent, RunningJob
 
 

@@ -1,7 +1,7 @@
 """Which physics a run of jobs is judged on: one per run, for every policy compared in it.
 
 When any job carries a gradient noise scale, every job progresses by goodput: base-batch-
-equivalent samples at T(B, k) E(B), E = (B_noise + B0) / (B_noise + B) (``allocator.goodput``;
+equivalent samples at T(B, k) E(B), E = (B_noise + B0) / (B_noise + B) (``allocator.physics.goodput``;
 a job without a noise scale counts every sample, E = 1). Otherwise by throughput: samples at
 T(B, k). The simulator, ``plan`` and the service pick it here; a policy whose own model of the
 noise contradicts the jobs' is refused (``check_physics``) rather than left to decide on

@@ -1,7 +1,7 @@
 """Hosts and allreduce cost: a job inside one host talks over fast local links, across hosts over the network.
 
 A job packed onto as few hosts as possible spans h = ceil(k / gpus_per_host) hosts. Its
-allreduce follows the ring model of ``allocator.throughput.t_comm`` with the intra-host
+allreduce follows the ring model of ``allocator.physics.throughput.t_comm`` with the intra-host
 coefficients when h = 1 and the inter-host ones when h > 1 (the slowest link sets a ring's
 pace). The two coefficient pairs are fitted separately from measurements tagged with the
 hosts they spanned.
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from allocator.throughput import fit_allreduce, t_comm
+from allocator.physics.throughput import fit_allreduce, t_comm
 from allocator.types import AllreduceModel, ClusterSnapshot, ThroughputProfile
 
 

@@ -71,7 +71,7 @@ def reported_noise_scale(executor: Executor, job_id: str, now: float) -> float |
 @runtime_checkable
 class ProfileReporter(Protocol):
     """What an executor may add to ``Executor``: each running job's throughput model refitted from
-    the steps it has run (``allocator.refit``). The loop puts it into that job's spec in the
+    the steps it has run (``allocator.profiles.refit``). The loop puts it into that job's spec in the
     snapshot, so every policy decides on what the job measured; an executor without the method
     (the simulators: their jobs run at their model by construction) reports nothing."""
 
@@ -87,7 +87,7 @@ def reported_profile(executor: Executor, job_id: str, now: float) -> ThroughputP
 @runtime_checkable
 class MeasurementReporter(Protocol):
     """What an executor may add to ``Executor``: the samples/s each running job measured per
-    configuration it ran (``allocator.measured``); the loop trusts them over the model. The
+    configuration it ran (``allocator.profiles.measured``); the loop trusts them over the model. The
     simulators have none: their jobs run at their model by construction."""
 
     def measured(self, job_id: str, now: float) -> MeasuredTable | None:

@@ -1,6 +1,6 @@
 """What the one loop takes and gives: its settings, and the frozen records of a run.
 
-Kept apart from the loop's machinery (``allocator.loop_run``) so that every layer can name a
+Kept apart from the loop's machinery (``allocator.loop.run``) so that every layer can name a
 run's records without the loop; ``allocator.loop`` re-exports them.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from allocator.admission import OverflowMode
-from allocator.lifecycle import JobState
-from allocator.measured import TrustSettings
+from allocator.loop.lifecycle import JobState
+from allocator.profiles.measured import TrustSettings
 from allocator.types import Allocation, RescaleEvent
 
 

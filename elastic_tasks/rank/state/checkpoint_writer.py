@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import threading
 
-from elastic_tasks.rank.state import ElasticState, write_checkpoint
+from elastic_tasks.rank.state.elastic import ElasticState, write_checkpoint
 
 
 class CheckpointWriter:

@@ -22,13 +22,13 @@ import torch.distributed as dist
 from torch import nn
 
 if TYPE_CHECKING:
-    from elastic_tasks.rank.state import ElasticState
+    from elastic_tasks.rank.state.elastic import ElasticState
 
 from elastic_tasks.protocol import EvalResult
 from elastic_tasks.rank import lr as lrs
 from elastic_tasks.rank.agreement import Agreed
-from elastic_tasks.rank.collective import collective
-from elastic_tasks.rank.eval_schedule import EvalSchedule
+from elastic_tasks.rank.health.collective import collective
+from elastic_tasks.rank.evaluation.schedule import EvalSchedule
 from elastic_tasks.rank.step import autocast
 from elastic_tasks.recipe import TrainingRecipe, to_device
 
@@ -159,7 +159,7 @@ class RankEvaluation:
             return evaluate(self.recipe, state.model, loader, meta.step)
 
     def if_due(self, state: ElasticState, rank: int, world: int, agreed: Agreed | None, done: bool) -> EvalResult | None:
-        """A periodic evaluation at this step boundary, decided alike on every rank (eval_schedule.py);
+        """A periodic evaluation at this step boundary, decided alike on every rank (evaluation/schedule.py);
         its result on the ranks that computed or received it. The job's end has its own."""
         steps_done = state.meta.step
         read = (agreed.record.step, agreed.eval_clock) if agreed is not None else (None, 0.0)

@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, Sampler
 
 from elastic_tasks.recipe import TrainingRecipe, collate_function
 from elastic_tasks.rank.scaling import micro_batches
-from elastic_tasks.rank.sharding import EpochSampler, rank_slice
+from elastic_tasks.rank.data.sharding import EpochSampler, rank_slice
 
 
 def step_micro_batches(sampler: EpochSampler, samples_seen: int, global_batch: int, world: int, rank: int, accum: int) -> Iterator[list[int]]:

@@ -11,7 +11,7 @@ Format::
 
 ``inter_host`` (optional) is the allreduce fit across hosts (``allreduce`` then holds the
 intra-host one); ``noise_scale`` (optional) the gradient noise scale in any form of
-``allocator.noise`` — jobs using the profile take it unless they give their own.
+``allocator.physics.noise`` — jobs using the profile take it unless they give their own.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from allocator.noise import noise_from_value, noise_to_value
+from allocator.physics.noise import noise_from_value, noise_to_value
 from allocator.strict import check_fields, mapping
 from allocator.types import AllreduceModel, ThroughputProfile
 

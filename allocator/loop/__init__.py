@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from allocator.execution import Clock, Executor
-from allocator.loop_run import LoopRun
-from allocator.loop_types import JobRecord, JobTransition, LoopResult, LoopSettings, ScheduleRow, StepReport
+from allocator.loop.execution import Clock, Executor
+from allocator.loop.run import LoopRun
+from allocator.loop.types import JobRecord, JobTransition, LoopResult, LoopSettings, ScheduleRow, StepReport
 from allocator.policies.base import Policy
-from allocator.sources import EPS, JobSource, StaticJobs
+from allocator.loop.sources import EPS, JobSource, StaticJobs
 from allocator.types import JobSpec
 
 # The run's records are named from here by every layer above.

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from allocator.checks import MAX_BATCH, finite_nonneg, positive_int, require
-from allocator.noise import NoiseTrajectory
+from allocator.physics.noise import NoiseTrajectory
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ Where the two batch sizes come from (``GradientNoiseProbe``), on a sampled step:
 * one rank, one micro-batch: no second batch size, no estimate that step.
 
 What it costs (issue 26): norms are fused (``torch._foreach_norm``, float32 results, no
-float64 copies), the values stay on the device until a step later (``rank/deferred.py``: no
+float64 copies), the values stay on the device until a step later (``rank/noise/deferred.py``: no
 host synchronisation on the step's path), and only every N-th step is sampled
 (``SampleSchedule``). Steps whose norms are not finite (an fp16 overflow that GradScaler
 skips) are left out of the averages, and norms are divided by GradScaler's loss scale.
@@ -37,8 +37,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
-from elastic_tasks.rank.deferred import Deferred
-from elastic_tasks.rank.probe_schedule import SampleSchedule
+from elastic_tasks.rank.noise.deferred import Deferred
+from elastic_tasks.rank.noise.probe_schedule import SampleSchedule
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,13 +88,20 @@ class NoiseScaleEstimator:
 
     @property
     def value(self) -> float | None:
-        """B_noise, or None before any update; inf while the averaged |G|^2 is not positive (all noise)."""
+        """B_noise, or None before any update; inf while the averaged |G|^2 is not positive (all noise).
+
+        None too while the averaged tr(Sigma) is not positive: the two-batch estimate of the
+        variance is unbiased but noisy, and at small batches early on it reads <= 0. That says
+        "no noise measured yet", not B_noise = 0 (which would tell a goodput policy that a larger
+        batch is worthless); the policy keeps its model until the estimate turns positive."""
         g, t = self.grad_sq, self.trace
         if g is None or t is None:
             return None
         if g <= 0:
             return math.inf
-        return max(t, 0.0) / g
+        if t <= 0:
+            return None
+        return t / g
 
 
 def _sq_norm(tensors: list[torch.Tensor]) -> torch.Tensor:

@@ -16,7 +16,7 @@ micro-steps of c = ceil(B / (k s)) samples per rank, then one allreduce:
     T(B, k) = B / (s t_proc(c) + t_comm(p, k, h)),     goodput(B, k) = T(B, k) E(B)
 
 where h is the number of hosts a job packed onto as few hosts as possible spans; t_comm uses
-the profile's inter-host allreduce fit when h > 1 and one is known (see ``allocator.topology``).
+the profile's inter-host allreduce fit when h > 1 and one is known (see ``allocator.physics.topology``).
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from allocator.noise import NoiseTrajectory
-from allocator.throughput import t_proc
-from allocator.topology import comm_time, hosts_spanned
+from allocator.physics.noise import NoiseTrajectory
+from allocator.physics.throughput import t_proc
+from allocator.physics.topology import comm_time, hosts_spanned
 from allocator.types import JobSpec, ThroughputProfile
 
 __all__ = ["GoodputTable", "NoiseModel", "NoiseTrajectory", "SpecNoise", "WorkMeter", "base_batch", "efficiency", "goodput_table", "raw_sample_budget", "step_time"]

@@ -1,7 +1,7 @@
 """Trust measurements over predictions: what a job measured per configuration outranks the model.
 
-A policy decides on a throughput model (``allocator.throughput``, refitted online by
-``allocator.refit``). A model is a line through a few points; a real job can run a
+A policy decides on a throughput model (``allocator.physics.throughput``, refitted online by
+``allocator.profiles.refit``). A model is a line through a few points; a real job can run a
 configuration it predicts faster at a rate well below one it ran before (measured: a job that
 ran 2 GPUs x batch 256 at 750 samples/s was grown back to 2 x 36, predicted better, measured
 500). So each running job carries a ``MeasuredTable`` — per (GPUs, global batch, accumulation
@@ -36,9 +36,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from allocator.checks import require
-from allocator.goodput import NoiseModel, base_batch, efficiency
-from allocator.measured_types import MeasuredRate, MeasuredTable
-from allocator.throughput import throughput
+from allocator.physics.goodput import NoiseModel, base_batch, efficiency
+from allocator.profiles.measured_types import MeasuredRate, MeasuredTable
+from allocator.physics.throughput import throughput
 from allocator.types import Allocation, ClusterSnapshot, JobSpec, RunningJob, Share
 
 

@@ -1,5 +1,5 @@
 """What a job measured per configuration (GPUs, global batch, accumulation steps): the data a
-policy's answer is adapted with (``allocator.measured``)."""
+policy's answer is adapted with (``allocator.profiles.measured``)."""
 
 from __future__ import annotations
 

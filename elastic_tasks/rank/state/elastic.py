@@ -11,7 +11,7 @@ one object; receivers whose optimizer state is still empty (new ranks: no moment
 materialise it from the descriptors, while survivors whose optimizer state already has that
 structure keep their tensors (no rebuild: the values are overwritten in place); then the
 tensors travel per (device, dtype) bucket in bounded chunks, straight into each rank's own
-tensors where they can (``elastic_tasks.rank.chunked``). Buckets matter on GPUs: Adam
+tensors where they can (``elastic_tasks.rank.state.chunked``). Buckets matter on GPUs: Adam
 and AdamW keep ``state["step"]`` on the CPU next to ``exp_avg`` on the GPU, so one buffer per
 dtype would concatenate across devices; on an nccl job the CPU buckets travel over the gloo
 side of a ``cpu:gloo,cuda:nccl`` group (see ``trainer.process_group_backend``).
@@ -42,7 +42,7 @@ import torch.distributed as dist
 from fsspec.core import url_to_fs
 from torch import nn
 
-from elastic_tasks.rank.chunked import DEFAULT_CHUNK_BYTES, BroadcastStats, broadcast_tensors, combine
+from elastic_tasks.rank.state.chunked import DEFAULT_CHUNK_BYTES, BroadcastStats, broadcast_tensors, combine
 from elastic_tasks.rank.scaling import LRRamp
 
 CHECKPOINT_NAME = "state.pt"
@@ -153,7 +153,7 @@ class ElasticState:
     # -- disk ------------------------------------------------------------------------------
 
     def save(self, directory: str | os.PathLike[str]) -> Path | str:
-        """Write atomically (``write_checkpoint``); the step loop saves through ``rank/checkpoint_writer.py`` instead."""
+        """Write atomically (``write_checkpoint``); the step loop saves through ``rank/state/checkpoint_writer.py`` instead."""
         return write_checkpoint(directory, self.snapshot())
 
     def snapshot(self) -> dict[str, object]:

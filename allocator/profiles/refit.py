@@ -6,8 +6,8 @@ seconds) is one linear equation in six non-negative unknowns:
     t = s (alpha + beta c) + [k > 1] (2 (k - 1) lat_h + 2 (k - 1) / k p spp_h),  h = intra | inter
 
 alpha + beta c is seed 000's t_proc (a per-step overhead plus a per-sample cost), lat/spp
-the ring allreduce fit (``allocator.throughput.t_comm``) kept separately inside one host
-and across hosts (``allocator.topology``). The fit is a non-negative least squares
+the ring allreduce fit (``allocator.physics.throughput.t_comm``) kept separately inside one host
+and across hosts (``allocator.physics.topology``). The fit is a non-negative least squares
 (Lawson-Hanson), so a job needs no offline profile: it starts from a prior profile's points
 (``malleable profile``, optional) or from its first steps, and every report refines it.
 """
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from allocator.throughput import t_comm
+from allocator.physics.throughput import t_comm
 from allocator.types import AllreduceModel, ThroughputProfile
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from flows.commands.console import EXIT_FAILED, console, fail
+from flows.commands.shared.console import EXIT_FAILED, console, fail
 from flows.config.settings import ClusterKind, Settings, SettingsError, load_settings
 
 

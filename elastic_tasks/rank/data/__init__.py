@@ -1,0 +1,2 @@
+"""What a rank reads: its deterministic share of the sample stream, and the DataLoader over it.
+"""

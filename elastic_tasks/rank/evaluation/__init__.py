@@ -1,0 +1,2 @@
+"""A job's evaluation on its ranks, periodic and final, and when it is due.
+"""
