@@ -235,6 +235,9 @@ def test_shortest_queue_starts_the_shortest_predicted_run_first_and_guards_the_l
     wide = make_job("wide", profile, workload="a", min_batch=16, max_batch=128, min_gpus=2, max_gpus=4, total_samples=1_000, arrival_time=5.0)
     blocked = policy.admit(ClusterSnapshot(at, 2, running=running, queued=queued + (wide,)), OverflowMode.QUEUE)
     assert blocked.admitted == ()  # the shortest needs 2 GPUs, 1 is free: nobody passes it
+    backfill = make_policy("goodput_dp", default_noise_scale=noise, strict_fifo=False)
+    passed = backfill.admit(ClusterSnapshot(at, 2, running=running, queued=queued + (wide,)), OverflowMode.QUEUE)
+    assert [j.id for j in passed.admitted] == ["short"]  # backfill: the next shortest that fits passes it
     with pytest.raises(ValueError, match="goodput_dp.queue"):
         make_policy("goodput_dp", queue="lifo")
     with pytest.raises(ValueError, match="goodput_dp.remaining_exponent"):

@@ -219,8 +219,8 @@ class GoodputDPQueued(GoodputDP):
     ``shortest`` starts the shortest predicted run first, which is what lowers the mean JCT
     without preemption (Smith's rule for one machine; SJF for many); so that a long job is not
     passed over for ever, a job that has already waited as long as its own predicted run goes
-    ahead of every job that has not, oldest first (its wait is then bounded by about its run
-    plus the longest run ahead of it, whatever the load).
+    ahead of every job that has not, oldest first (once it has waited its own run, only jobs that
+    arrived before it can still start ahead of it).
     """
 
     order: QueueOrder = QueueOrder.SHORTEST
