@@ -20,7 +20,11 @@ power-mean exponents (``goodput_dp_p<p>``), the evidence for that default (docs/
 Figures (the last line, JSON): ratios of mean JCTs summed over the seeds, side by side in
 one run, plus absolute means (minutes) per policy, p95 JCT and makespan.
 
-Run: python benchmarks/goodput_bench.py [--seeds 0 1 2] [--minutes 480] [--sweep 1 0 -1 -2] [--ticks-only]
+``--exponents`` adds goodput_dp at other ``remaining_exponent`` values (``goodput_dp_e<e>``),
+``--queues`` at other queue orders (``goodput_dp_q<order>``), ``--previous`` the policy as issue 27
+found it (``p=0, remaining_exponent=0, queue=fifo``: the unweighted geometric mean, the loop's FIFO).
+
+Run: python benchmarks/goodput_bench.py [--seeds 0 1 2] [--minutes 480] [--sweep 1 0 -1 -2] [--exponents 0 0.5] [--queues fifo response] [--previous] [--ticks-only]
 """
 
 from __future__ import annotations
@@ -62,7 +66,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--minutes", type=float, default=480.0)
     parser.add_argument("--sweep", type=float, nargs="*", default=[1.0, 0.0, -1.0, -2.0], help="also run goodput_dp at these power-mean exponents")
-    parser.add_argument("--queues", nargs="*", default=[], help="also run goodput_dp with these queue orders (fifo, response)")
+    parser.add_argument("--queues", nargs="*", default=[], help="also run goodput_dp with these queue orders (fifo, response, shortest)")
+    parser.add_argument("--exponents", type=float, nargs="*", default=[], help="also run goodput_dp with these remaining_exponent values")
+    parser.add_argument("--previous", action="store_true", help="also run goodput_dp as issue 27 found it (p=0, remaining_exponent=0, queue=fifo)")
     parser.add_argument("--trajectories", type=Path, default=TRAJECTORIES)
     parser.add_argument("--ticks-only", action="store_true", help="also run every policy deciding only at the Δ ticks (seed 000's autoscaler)")
     args = parser.parse_args()
@@ -81,6 +87,10 @@ def main() -> None:
         policies[f"goodput_dp_p{p:g}"] = lambda seed, p=p: make_policy("goodput_dp", p=p)
     for queue in args.queues:
         policies[f"goodput_dp_q{queue}"] = lambda seed, queue=queue: make_policy("goodput_dp", queue=queue)
+    for e in args.exponents:
+        policies[f"goodput_dp_e{e:g}"] = lambda seed, e=e: make_policy("goodput_dp", remaining_exponent=e)
+    if args.previous:
+        policies["goodput_dp_previous"] = lambda seed: make_policy("goodput_dp", p=0.0, remaining_exponent=0.0, queue="fifo")
     default_p = make_policy("goodput_dp").p  # type: ignore[attr-defined]
     figures: dict = {"seeds": args.seeds, "goodput_dp_p": default_p, "interval_s": settings.interval_s, "react_to_events": settings.react_to_events}
     figures.update(compare(policies, args.seeds, arrivals, profiles, noise, settings, ""))
@@ -122,7 +132,7 @@ def compare(policies: dict, seeds: list[int], arrivals: ArrivalSpec, profiles: d
         "jobs": jobs_total,
     }
     for name in policies:
-        if name.startswith(("goodput_dp_p", "goodput_dp_q")):
+        if name.startswith(("goodput_dp_p", "goodput_dp_q", "goodput_dp_e")):
             figures[f"{name}_over_elastic_dp_avg_jct{suffix}"] = round(mean[name] / mean["elastic_dp"], 4)
     for name in policies:
         figures[f"{name}_avg_jct_min{suffix}"] = round(mean[name] / 60, 2)

@@ -36,6 +36,7 @@ Figures (last line, JSON): per policy the mean over the workloads of the average
 its ratio to Pollux's published 2751 s (the figure issue 27 quotes for these 8 workloads).
 
 Run: python benchmarks/pollux_trace_bench.py --pollux PATH/TO/adaptdl/simulator [--workloads 1 2 ...] [--sweep 1 0 -1]
+     [--exponents 0 0.5] [--queues fifo] [--previous]   (--previous: goodput_dp as issue 27 found it)
 """
 
 from __future__ import annotations
@@ -167,7 +168,9 @@ def main() -> None:
     parser.add_argument("--workloads", type=int, nargs="+", default=list(range(1, 9)))
     parser.add_argument("--sweep", type=float, nargs="*", default=[], help="also run goodput_dp at these power-mean exponents")
     parser.add_argument("--baselines", action=argparse.BooleanOptionalAction, default=True, help="also run elastic_dp and fixed_batch_dp")
-    parser.add_argument("--queues", nargs="*", default=[], help="also run goodput_dp with these queue orders (fifo, response)")
+    parser.add_argument("--queues", nargs="*", default=[], help="also run goodput_dp with these queue orders (fifo, response, shortest)")
+    parser.add_argument("--exponents", type=float, nargs="*", default=[], help="also run goodput_dp with these remaining_exponent values")
+    parser.add_argument("--previous", action="store_true", help="also run goodput_dp as issue 27 found it (p=0, remaining_exponent=0, queue=fifo)")
     parser.add_argument("--cost-blind", action="store_true", help="also run goodput_dp without the rescale cost in its objective")
     parser.add_argument("--ticks-only", action="store_true", help="decide only every Δ (Pollux's simulator), not at arrivals and completions")
     args = parser.parse_args()
@@ -188,6 +191,12 @@ def main() -> None:
             policies[f"goodput_dp_p{p:g}_q{queue}"] = lambda p=p, queue=queue: make_policy(
                 "goodput_dp", hosts=GPUS_PER_NODE, p=p, queue=queue, rescale_cost_s=cost.in_place_s
             )
+    for e in args.exponents:
+        policies[f"goodput_dp_e{e:g}"] = lambda e=e: make_policy("goodput_dp", hosts=GPUS_PER_NODE, remaining_exponent=e, rescale_cost_s=cost.in_place_s)
+    if args.previous:
+        policies["goodput_dp_previous"] = lambda: make_policy(
+            "goodput_dp", hosts=GPUS_PER_NODE, p=0.0, remaining_exponent=0.0, queue="fifo", rescale_cost_s=cost.in_place_s
+        )
     if args.cost_blind:
         policies["goodput_dp_cost_blind"] = lambda: make_policy("goodput_dp", hosts=GPUS_PER_NODE, rescale_cost_s=0.0)
     if args.baselines:

@@ -44,12 +44,23 @@ def term(speedup, p):
     return math.log(speedup) if p == 0 else speedup**p if p > 0 else -(speedup**p)
 
 
-def brute(jobs, noises, capacity, p):
-    """Best sum of power-mean terms over every assignment of counts (None: infeasible)."""
+def weights(jobs, noises, remaining, exponent):
+    """(R_j / geometric mean of R)^-exponent, R_j = remaining work / one-GPU goodput: a job's run alone on one GPU."""
+    runs = [max(r, 1.0) / own_best(j, 1, n) if own_best(j, 1, n) > 0 else None for j, n, r in zip(jobs, noises, remaining)]
+    known = [r for r in runs if r is not None]
+    if not known:
+        return [1.0] * len(jobs)
+    scale = math.exp(sum(math.log(r) for r in known) / len(known))
+    return [1.0 if r is None else (r / scale) ** -exponent for r in runs]
+
+
+def brute(jobs, noises, capacity, p, remaining=None, exponent=0.0):
+    """Best sum of (weighted) power-mean terms over every assignment of counts (None: infeasible)."""
+    w = weights(jobs, noises, remaining or [1.0] * len(jobs), exponent)
     rows = []
-    for job, noise in zip(jobs, noises):
+    for job, noise, wj in zip(jobs, noises, w):
         one = own_best(job, 1, noise)
-        rows.append({k: term(own_best(job, k, noise) / one, p) for k in range(1, capacity + 1)
+        rows.append({k: wj * term(own_best(job, k, noise) / one, p) for k in range(1, capacity + 1)
                      if allowed(job, k) and own_best(job, k, noise) > 0})
     best = None
     for counts in itertools.product(*[sorted(r) for r in rows]):
@@ -79,10 +90,11 @@ def instances(draw):
     return jobs, noises, running, capacity
 
 
+@pytest.mark.parametrize("exponent", [0.0, 0.25, 1.0])
 @pytest.mark.parametrize("p", [1.0, 0.0, -1.0])
 @settings(max_examples=30, deadline=None)
 @given(case=instances())
-def test_goodput_dp_reaches_the_brute_force_optimum(p, case):
+def test_goodput_dp_reaches_the_brute_force_optimum(p, exponent, case):
     jobs, noises, running, capacity = case
     # A running job half done sees its trajectory's second value: the policy must read progress.
     trajectories = {j.workload: NoiseTrajectory((0.0, 0.5, 1.0), (1e9, n)) if r else NoiseTrajectory.constant(n)
@@ -94,8 +106,10 @@ def test_goodput_dp_reaches_the_brute_force_optimum(p, case):
     )
     order = [j for j in snap.jobs]
     noise_of = {j.id: n for j, n in zip(jobs, noises)}
-    optimum = brute(order, [noise_of[j.id] for j in order], capacity, p)
-    policy = make_policy("goodput_dp", noise=trajectories, p=p)
+    left = {j.id: j.total_samples - (6_000.0 if r else 0.0) for j, r in zip(jobs, running)}
+    optimum = brute(order, [noise_of[j.id] for j in order], capacity, p, [left[j.id] for j in order], exponent)
+    w = dict(zip([j.id for j in order], weights(order, [noise_of[j.id] for j in order], [left[j.id] for j in order], exponent)))
+    policy = make_policy("goodput_dp", noise=trajectories, p=p, remaining_exponent=exponent)
     try:
         alloc = policy.allocate(snap)
     except InfeasibleError:
@@ -109,7 +123,7 @@ def test_goodput_dp_reaches_the_brute_force_optimum(p, case):
         assert share.accum_steps == math.ceil(share.batch / (share.gpus * j.profile.max_batch_per_gpu))
         g = own_goodput(j, share.gpus, noise_of[j.id], share.batch)
         assert g == pytest.approx(own_best(j, share.gpus, noise_of[j.id]), rel=1e-9)  # best batch for its count
-        got += term(g / own_best(j, 1, noise_of[j.id]), p)
+        got += w[j.id] * term(g / own_best(j, 1, noise_of[j.id]), p)
     assert got == pytest.approx(optimum, rel=1e-9, abs=1e-9)
 
 
@@ -160,8 +174,8 @@ def running_instances(draw):
 
 
 @settings(max_examples=40, deadline=None)
-@given(case=running_instances(), cost=st.sampled_from([0.0, 5.0, 30.0]))
-def test_rescale_cost_is_weighed_over_each_jobs_remaining_time(case, cost):
+@given(case=running_instances(), cost=st.sampled_from([0.0, 5.0, 30.0]), exponent=st.sampled_from([0.0, 0.25]))
+def test_rescale_cost_is_weighed_over_each_jobs_remaining_time(case, cost, exponent):
     """A running job moved off its GPU count averages goodput(k) R / (R + cost) over the R seconds its
     remaining work then takes; the policy must reach the best sum of power-mean terms of that, by brute force."""
     jobs, shares, done, noises, capacity = case
@@ -169,7 +183,8 @@ def test_rescale_cost_is_weighed_over_each_jobs_remaining_time(case, cost):
 
     snap = ClusterSnapshot(0.0, capacity, running=tuple(RunningJob(j, Share(k, j.min_batch), d) for j, k, d in zip(jobs, shares, done)))
     rows = []
-    for job, k0, d, noise in zip(jobs, shares, done, noises):
+    w = weights(jobs, noises, [j.total_samples - d for j, d in zip(jobs, done)], exponent)
+    for job, k0, d, noise, wj in zip(jobs, shares, done, noises, w):
         one = own_best(job, 1, noise)
         row = {}
         for k in range(1, min(capacity, job.max_gpus) + 1):
@@ -177,16 +192,53 @@ def test_rescale_cost_is_weighed_over_each_jobs_remaining_time(case, cost):
             if g <= 0:
                 continue
             left = (job.total_samples - d) / g
-            row[k] = term(g * (1.0 if k == k0 else left / (left + cost)) / one, 1.0)
+            row[k] = wj * term(g * (1.0 if k == k0 else left / (left + cost)) / one, 1.0)
         rows.append(row)
     best = max(sum(r[k] for r, k in zip(rows, ks)) for ks in itertools.product(*[sorted(r) for r in rows]) if sum(ks) <= capacity)
     noise = {j.workload: NoiseTrajectory.constant(n) for j, n in zip(jobs, noises)}
-    alloc = make_policy("goodput_dp", noise=noise, p=1.0, rescale_cost_s=cost).allocate(snap)
+    alloc = make_policy("goodput_dp", noise=noise, p=1.0, rescale_cost_s=cost, remaining_exponent=exponent).allocate(snap)
     got = sum(r[alloc[j.id].gpus] for r, j in zip(rows, jobs))
     assert got == pytest.approx(best, rel=1e-9)
     if cost == 0.0:
         return
     # The pause weighs most on a job close to its end: with its work nearly done it keeps its count.
     ending = [RunningJob(j, Share(k, j.min_batch), j.total_samples * 0.999999) for j, k in zip(jobs, shares)]
-    kept = make_policy("goodput_dp", noise=noise, p=1.0, rescale_cost_s=cost).allocate(ClusterSnapshot(0.0, capacity, running=tuple(ending)))
+    kept = make_policy("goodput_dp", noise=noise, p=1.0, rescale_cost_s=cost, remaining_exponent=exponent).allocate(ClusterSnapshot(0.0, capacity, running=tuple(ending)))
     assert [kept[j.id].gpus for j in jobs] == shares
+
+
+def test_shortest_queue_starts_the_shortest_predicted_run_first_and_guards_the_long_waiter():
+    """queue=shortest: with one GPU free the queued job with the least work per one-GPU goodput
+    (own goodput, own batch enumeration) starts; a job that has waited its own predicted run goes
+    ahead of shorter ones; strict: a head that does not fit blocks the rest."""
+    from allocator.protocols import OverflowMode
+    from allocator.types import Share
+
+    profile = make_profile("a", rate=RATE, overhead_s=OVERHEAD, cap=64)
+    noise = 300.0
+    sizes = {"long": 90_000, "short": 20_000, "mid": 50_000}
+    queued = tuple(make_job(n, profile, workload="a", min_batch=16, max_batch=128, max_gpus=4, total_samples=s, arrival_time=float(i))
+                   for i, (n, s) in enumerate(sizes.items()))  # fmt: skip
+    runs = {j.id: j.total_samples / own_best(j, 1, noise) for j in queued}
+    assert sorted(runs, key=runs.get) == ["short", "mid", "long"]
+    busy = make_job("busy", profile, workload="a", min_batch=16, max_batch=128, max_gpus=4, total_samples=10**6)
+    running = (RunningJob(busy, Share(1, 16), 0.0),)
+    policy = make_policy("goodput_dp", default_noise_scale=noise)
+    at = queued[0].arrival_time + 10.0  # nobody has waited long
+    first = policy.admit(ClusterSnapshot(at, 2, running=running, queued=queued), OverflowMode.QUEUE)
+    assert [j.id for j in first.admitted] == ["short"] and {j.id for j in first.queued} == {"mid", "long"}
+    late = queued[0].arrival_time + runs["long"] + 1.0  # "long" has waited its own run; "short" has too, and came later
+    aged = policy.admit(ClusterSnapshot(late, 2, running=running, queued=queued), OverflowMode.QUEUE)
+    assert [j.id for j in aged.admitted] == ["long"]
+    fifo = make_policy("goodput_dp", default_noise_scale=noise, queue="fifo")
+    assert not hasattr(fifo, "admit")  # fifo leaves admission to the loop (arrival order)
+    wide = make_job("wide", profile, workload="a", min_batch=16, max_batch=128, min_gpus=2, max_gpus=4, total_samples=1_000, arrival_time=5.0)
+    blocked = policy.admit(ClusterSnapshot(at, 2, running=running, queued=queued + (wide,)), OverflowMode.QUEUE)
+    assert blocked.admitted == ()  # the shortest needs 2 GPUs, 1 is free: nobody passes it
+    backfill = make_policy("goodput_dp", default_noise_scale=noise, strict_fifo=False)
+    passed = backfill.admit(ClusterSnapshot(at, 2, running=running, queued=queued + (wide,)), OverflowMode.QUEUE)
+    assert [j.id for j in passed.admitted] == ["short"]  # backfill: the next shortest that fits passes it
+    with pytest.raises(ValueError, match="goodput_dp.queue"):
+        make_policy("goodput_dp", queue="lifo")
+    with pytest.raises(ValueError, match="goodput_dp.remaining_exponent"):
+        make_policy("goodput_dp", remaining_exponent=-1.0)
