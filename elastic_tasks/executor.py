@@ -102,7 +102,11 @@ class DaskExecutor:
         clock: WallClock | None = None,
         noise_model: NoiseModel | None = None,
         refit: RefitSettings | None = RefitSettings(),
+        build_recipe_here: bool = True,
     ) -> None:
+        """``build_recipe_here``: each job's coordinator builds its recipe here before starting ranks
+        (``JobCoordinator``); False leaves that to the ranks (the service: no torch in its process)."""
+        self.build_recipe_here = build_recipe_here
         self.client = client
         self.pool = WorkerPool(client)
         self._entry = entrypoints
@@ -201,7 +205,9 @@ class DaskExecutor:
                 # A restarted job keeps what it measured before; its new coordinator counts versions from 0.
                 self._refits.setdefault(job_id, JobRefit(spec.profile, self.refit)).watch.restart()
             self._launched.setdefault(job_id, time.time())
-            job = self.jobs[job_id] = JobCoordinator(self.client, self.pool, job_id, self.entrypoint(spec), self._config(spec, after))
+            job = self.jobs[job_id] = JobCoordinator(
+                self.client, self.pool, job_id, self.entrypoint(spec), self._config(spec, after), build_recipe_here=self.build_recipe_here
+            )
             outcome = job.start(after.gpus, after.batch)
             return RescaleEvent(now, job_id, None, after, RescaleKind.START, outcome.pause_s, measured=True)
         outcome = job.rescale(after.gpus, after.batch)

@@ -151,7 +151,8 @@ class Service:
             # A goodput policy counts work in base-batch-equivalent samples: the executor counts the same way.
             noise_model = policy if isinstance(policy, NoiseModel) else None
             executor = self.executor = DaskExecutor(
-                self.client, lambda spec: resolve_workload(spec.workload, spec.id), settings, clock=clock, noise_model=noise_model
+                self.client, lambda spec: resolve_workload(spec.workload, spec.id), settings, clock=clock, noise_model=noise_model,
+                build_recipe_here=False,  # the feed found the module; ranks build the recipe: no torch here
             )
             recorder = StoreRecorder(
                 self.store, tracking, self.checkpoint_dir, lambda j: executor.jobs[j].board_id if j in executor.jobs else None, self.say,
