@@ -128,7 +128,11 @@ class Service:
             self.acquire()
         taken = self._taken
         self.client, self.cluster_owned = client, cluster_owned
-        tracking = ServiceTracking(cfg.tracking_uri, cfg.experiment, warn=self.say, job_tags={"malleable.policy": cfg.policy})
+        # MLflow starts on a thread of its own (seconds of imports): the loop does not wait for it.
+        tracking = ServiceTracking(
+            cfg.tracking_uri, cfg.experiment, warn=self.say, job_tags={"malleable.policy": cfg.policy},
+            on_run=lambda job_id, run_id: self.store.update_job(job_id, mlflow_run_id=run_id),
+        )  # fmt: skip
         executor: DaskExecutor | None = None
         feed: StoreFeed | None = None
         try:
