@@ -33,7 +33,7 @@ from elastic_tasks.coordinator.recovery import Recovery, RecoveryRecord
 from elastic_tasks.coordinator.restart import restart_rescale
 from elastic_tasks.rank.checkpoint_files import has_checkpoint
 from elastic_tasks.coordinator.timeouts import startup_s, suspend_s
-from elastic_tasks.rank.task import run_rank
+from elastic_tasks.rank.task import build_recipe, run_rank
 
 log = logging.getLogger(__name__)
 
@@ -63,14 +63,8 @@ class JobCoordinator:
         remove_stragglers: bool = False,
         build_recipe_here: bool = True,
     ) -> None:
-        """``build_recipe_here``: build the recipe in this process first, so a broken one fails here,
-        before any rank task exists (it imports torch and the user's module here). The service
-        passes False: its feed has found the entry point's module already, a recipe that fails
-        to build fails the job from its ranks, and its process stays free of torch."""
-        if build_recipe_here:
-            from elastic_tasks.recipe import load_entry_point
-
-            load_entry_point(entrypoint)
+        if build_recipe_here:  # a broken recipe fails here, before any rank task exists (see build_recipe)
+            build_recipe(entrypoint)
         self.client, self.pool, self.job_id, self.entrypoint, self.config = client, pool, job_id, entrypoint, config
         # Scheduler-side state (plans, events, "started" marks, task keys) outlives a run on a
         # long-lived scheduler: a fresh token keeps a re-run of this job id from reading it.

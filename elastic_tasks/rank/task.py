@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from elastic_tasks.protocol import RankResult, RankSpec
+    from elastic_tasks.recipe import TrainingRecipe
 
 
 def run_rank(spec: RankSpec) -> RankResult:
@@ -20,3 +21,13 @@ def run_rank(spec: RankSpec) -> RankResult:
     from elastic_tasks.rank.trainer import run_rank as train
 
     return train(spec)
+
+
+def build_recipe(entrypoint: str) -> TrainingRecipe:
+    """The recipe built in this process (``load_entry_point``), so that a broken one fails before
+    any rank task exists: ``JobCoordinator`` does it by default. It imports torch and the user's
+    module here, so the service skips it (``build_recipe_here=False``): its feed has found the
+    module already, and a recipe that fails to build fails the job from its ranks."""
+    from elastic_tasks.recipe import load_entry_point
+
+    return load_entry_point(entrypoint)
