@@ -16,8 +16,14 @@ from __future__ import annotations
 import ipaddress
 import socket
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported inside the functions that use it (all of them run in rank processes): the
+# service and the cluster start-up import this module only for names and host checks, and a
+# `malleable serve` that imported torch for them took seconds longer to start (issue 28, recovery).
 
 MIXED_BACKEND = "cpu:gloo,cuda:nccl"
 # The Dask worker resource one GPU is: a rank asks for one, so it lands on a worker of its own.
@@ -25,6 +31,8 @@ GPU_RESOURCE = "GPU"
 
 
 def default_backend() -> str:
+    import torch
+
     return "nccl" if torch.cuda.is_available() else "gloo"
 
 
@@ -37,6 +45,8 @@ def process_group_backend(backend: str) -> str:
 
 def rank_device(backend: str) -> torch.device:
     """The rank's device; on nccl the first GPU this worker sees, made current for the process."""
+    import torch
+
     if backend != "nccl":
         return torch.device("cpu")
     device = torch.device("cuda", 0)

@@ -122,14 +122,16 @@ class DaskExecutor:
         clock: WallClock | None = None,
         noise_model: NoiseModel | None = None,
         refit: RefitSettings | None = RefitSettings(),
+        build_recipe_here: bool = True,
     ) -> None:
-        self.client = client
+        """``build_recipe_here``: each job's coordinator builds its recipe here before starting ranks
+        (``JobCoordinator``); False leaves that to the ranks (the service: no torch in its process)."""
+        self.build_recipe_here, self.client = build_recipe_here, client
         self.pool = WorkerPool(client)
         self._entry = entrypoints
         self.settings = settings
         self.clock = clock or WallClock()
-        self.noise_model = noise_model
-        self.refit = refit
+        self.noise_model, self.refit = noise_model, refit
         self._tracked: dict[str, _Tracked] = {}
 
     @property
@@ -238,7 +240,9 @@ class DaskExecutor:
                 # Stopped earlier, started again: live again, its end still to be reported, and its
                 # result is the new run's (it resumes from the checkpoint the stop left).
                 t.samples_before, t.result, t.reported = float(t.result.samples_seen), None, False
-            t.coordinator = JobCoordinator(self.client, self.pool, job_id, self.entrypoint(spec), self._config(spec, after))
+            t.coordinator = JobCoordinator(
+                self.client, self.pool, job_id, self.entrypoint(spec), self._config(spec, after), build_recipe_here=self.build_recipe_here
+            )
             outcome = t.coordinator.start(after.gpus, after.batch, after.accum_steps)
             return RescaleEvent(now, job_id, None, after, RescaleKind.START, outcome.pause_s, measured=True)
         outcome = job.rescale(after.gpus, after.batch, accum_steps=after.accum_steps)

@@ -71,9 +71,12 @@ class StoreRecorder:
             run_id = self.tracking.job_run(
                 t.job_id, row.name, row.mlflow_run_id, {**row.spec, "submitter": row.submitter}, parent=row.mlflow_parent_run_id, submitter=row.submitter
             )
+            # A new run's id is written by the tracking thread once MLflow made it (``on_run``):
+            # only a known id is written here, never a None over one that arrived first.
+            known = {"mlflow_run_id": run_id} if run_id else {}
             self.store.set_state(
                 t.job_id, state, only_from=RESUMABLE, attempts=schema.jobs.c.attempts + 1,
-                checkpoint_dir=self.checkpoint_dir_of(t.job_id), mlflow_run_id=run_id or row.mlflow_run_id, error=None,
+                checkpoint_dir=self.checkpoint_dir_of(t.job_id), error=None, **known,
             )  # fmt: skip
             self.say(f"{t.job_id} ({shown(row.name)}) running" + (f", resumed (attempt {row.attempts + 1})" if row.attempts else ""))
             return

@@ -128,7 +128,11 @@ class Service:
             self.acquire()
         taken = self._taken
         self.client, self.cluster_owned = client, cluster_owned
-        tracking = ServiceTracking(cfg.tracking_uri, cfg.experiment, warn=self.say, job_tags={"malleable.policy": cfg.policy})
+        # MLflow starts on a thread of its own (seconds of imports): the loop does not wait for it.
+        tracking = ServiceTracking(
+            cfg.tracking_uri, cfg.experiment, warn=self.say, job_tags={"malleable.policy": cfg.policy},
+            on_run=lambda job_id, run_id: self.store.update_job(job_id, mlflow_run_id=run_id),
+        )  # fmt: skip
         executor: DaskExecutor | None = None
         feed: StoreFeed | None = None
         try:
@@ -151,7 +155,8 @@ class Service:
             # A goodput policy counts work in base-batch-equivalent samples: the executor counts the same way.
             noise_model = policy if isinstance(policy, NoiseModel) else None
             executor = self.executor = DaskExecutor(
-                self.client, lambda spec: resolve_workload(spec.workload, spec.id), settings, clock=clock, noise_model=noise_model
+                self.client, lambda spec: resolve_workload(spec.workload, spec.id), settings, clock=clock, noise_model=noise_model,
+                build_recipe_here=False,  # the feed found the module; ranks build the recipe: no torch here
             )
             recorder = StoreRecorder(
                 self.store, tracking, self.checkpoint_dir, lambda j: executor.jobs[j].board_id if j in executor.jobs else None, self.say,

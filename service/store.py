@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import getpass
 import json
-import os
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 
-from sqlalchemy import Engine, bindparam, create_engine, event, insert, inspect, select, update
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError, OperationalError, ProgrammingError, SQLAlchemyError
+from sqlalchemy import bindparam, func, insert, inspect, select, update
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
 
 from service import schema
 from service.redaction import redact_url
@@ -43,65 +40,11 @@ from service.store_errors import (  # noqa: E402, F401
 )
 
 
-def _sqlite_pragmas(dbapi_connection, _record) -> None:
-    # WAL lets submitters write while the service reads; NORMAL sync is durable across a
-    # process crash (only an OS crash may lose the last commits).
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.close()
+from service.engine import in_memory, make_engine  # noqa: E402, F401  (callers import them from here)
 
 
 def redact(url: str) -> str:
     return redact_url(url)
-
-
-def in_memory(url: str) -> bool:
-    """A sqlite store that ends with the process (``sqlite://``, ``sqlite:///:memory:``)."""
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        return False
-    return parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:")
-
-
-def make_engine(url: str, *, create: bool = True) -> Engine:
-    """An engine for ``url``; with ``create=False`` a sqlite file that is not there is not made
-    (StoreMissingError): a read-only command never creates a store."""
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        raise StoreSettingError(f"job store URL {redact(url)!r}: not a database URL (e.g. sqlite:///path/jobs.db, postgresql+psycopg://user@host/db)") from None
-    try:
-        backend = parsed.get_backend_name()
-        parsed.get_dialect()
-    except NoSuchModuleError:
-        raise StoreSettingError(f"job store URL {redact(url)!r}: no database kind {parsed.drivername!r} (e.g. sqlite:///path/jobs.db, postgresql+psycopg://user@host/db)") from None
-    except ModuleNotFoundError as exc:
-        raise StoreSettingError(f"job store URL {redact(url)!r}: its driver is not installed ({exc.name})") from None
-    if backend == "sqlite":
-        if parsed.database and parsed.database != ":memory:":
-            path = Path(parsed.database)
-            existing = next(p for p in (path.parent, *path.parent.parents) if p.exists())
-            if path.is_dir() or not existing.is_dir():
-                what = "is a directory" if path.is_dir() else f"{str(existing)!r} is a file, not a directory"
-                raise StoreSettingError(f"job store URL {redact(url)!r}: {what}")
-            if not create and not path.exists():
-                raise StoreMissingError(f"job store {redact(url)!r} does not exist yet (nothing was submitted to it)")
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                if not os.access(path.parent, os.W_OK):
-                    raise PermissionError(13, "Permission denied")
-            except OSError as exc:
-                raise StoreSettingError(f"job store URL {redact(url)!r}: cannot make the store file there ({exc.strerror or type(exc).__name__})") from None
-        engine = create_engine(parsed, connect_args={"timeout": 30})
-        event.listen(engine, "connect", _sqlite_pragmas)
-        return engine
-    try:
-        return create_engine(parsed, pool_pre_ping=True, connect_args={"connect_timeout": 10} if backend == "postgresql" else {})
-    except ModuleNotFoundError as exc:
-        raise StoreSettingError(f"job store URL {redact(url)!r}: its driver is not installed ({exc.name})") from None
 
 
 def _row(r) -> JobRow:
@@ -120,6 +63,20 @@ def new_job_id() -> str:
 
 
 _INSERT_JOB = insert(schema.jobs)
+# The columns a submission writes; the rest keep their defaults (NULL until the service fills them).
+_SUBMIT_COLUMNS = (
+    "id", "name", "submitter", "idempotency_key", "spec", "state", "submitted_at", "updated_at", "total_samples",
+    "cancel_requested", "cancel_seen", "gpus", "batch", "samples_done", "attempts", "mlflow_parent_run_id",
+)  # fmt: skip
+# PostgreSQL: the row and its NOTIFY in one statement (a data-modifying CTE runs exactly once;
+# pg_notify is called for the one row it returns). Executed on an autocommit connection, it is
+# one round trip and its own transaction: the server answers only after the commit (with the
+# server's synchronous_commit, i.e. after the WAL flush), so the job is durable when submit
+# returns, and the NOTIFY is delivered with that commit — not before the row is visible.
+# Before: BEGIN, INSERT, NOTIFY, COMMIT were four round trips (plus the pool's ping).
+_INSERT_JOB_NOTIFY = select(func.pg_notify(NOTIFY_CHANNEL, "")).select_from(
+    insert(schema.jobs).values({c: bindparam(f"v_{c}") for c in _SUBMIT_COLUMNS}).returning(schema.jobs.c.seq).cte("inserted")
+)
 
 
 class JobStore:
@@ -262,11 +219,8 @@ class JobStore:
             mlflow_parent_run_id=sub.mlflow_parent_run_id,
         )  # fmt: skip
         try:
-            with self.writing("submit jobs"), self.engine.begin() as conn:
-                if self.async_commit_submissions and conn.dialect.name == "postgresql":
-                    conn.exec_driver_sql("SET LOCAL synchronous_commit TO off")
-                conn.execute(_INSERT_JOB, values)  # parameters apart: one cached compiled statement for every submit
-                self._notify(conn)
+            with self.writing("submit jobs"):
+                self._insert_job(values)
         except IntegrityError:
             # Two retries of one submission raced: the other insert won; return its job.
             earlier = self._check_key(sub) if sub.idempotency_key is not None else None
@@ -274,6 +228,22 @@ class JobStore:
                 raise
             return Submitted(earlier, created=False)
         return Submitted(job_id, created=True)
+
+    def _insert_job(self, values: dict[str, object]) -> None:
+        """One job row, committed when this returns; on PostgreSQL with its NOTIFY, in one round trip."""
+        if self.engine.dialect.name != "postgresql":
+            with self.engine.begin() as conn:
+                conn.execute(_INSERT_JOB, values)  # parameters apart: one cached compiled statement for every submit
+            return
+        params = {f"v_{k}": v for k, v in values.items()}
+        if self.async_commit_submissions:
+            # SET LOCAL needs a transaction of its own to apply to (see __init__ for the trade-off).
+            with self.engine.begin() as conn:
+                conn.exec_driver_sql("SET LOCAL synchronous_commit TO off")
+                conn.execute(_INSERT_JOB_NOTIFY, params)
+            return
+        with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(_INSERT_JOB_NOTIFY, params)
 
     def _notify(self, conn) -> None:
         # PostgreSQL wakes a LISTENing service at once (with the commit); sqlite has no such thing.

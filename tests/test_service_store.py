@@ -14,7 +14,7 @@ from service import schema
 from service.client import ServiceClient
 from service.lease import Lease, LeaseHeldError
 from service.records import AllocationRow, JobState, Submission
-from service.store import JobStore, StoreError, StoreVersionError, UnknownJobError
+from service.store import NOTIFY_CHANNEL, IdempotencyConflict, JobStore, StoreError, StoreVersionError, UnknownJobError
 from tests.service_helpers import drop_postgres, job_entry, postgres_url
 
 
@@ -245,3 +245,31 @@ def test_two_writers_creating_one_experiment_at_once_both_get_it(tmp_path):
     created = winner.create_experiment("shared")
     assert ensure_experiment(LateReader(), "shared") == created
     assert ensure_experiment(winner, "shared") == created
+
+
+@pytest.mark.parametrize("async_commit", [False, True])
+def test_postgres_submission_is_committed_and_notified_once_when_submit_returns(async_commit):
+    """The row and its NOTIFY go in one statement: when ``submit`` returns, another session sees
+    the job, a listener hears exactly one notification per submission (none for a submission the
+    store refuses), and the store's connection holds no open transaction."""
+    psycopg = pytest.importorskip("psycopg")
+    url = postgres_url()
+    plain = url.replace("postgresql+psycopg://", "postgresql://")
+    try:
+        store = JobStore(url, async_commit_submissions=async_commit)
+        client = ServiceClient(store, submitter="alice@host")
+        with psycopg.connect(plain, autocommit=True) as listener, psycopg.connect(plain, autocommit=True) as other:
+            listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
+            ids = [client.submit(job_entry(f"n{i}"), idempotency_key=f"k{i}").job_id for i in range(3)]
+            seen = [r[0] for r in other.execute("SELECT id FROM malleable_jobs ORDER BY seq").fetchall()]
+            assert seen == ids
+            with pytest.raises(IdempotencyConflict):
+                client.submit(job_entry("n0", samples=999), idempotency_key="k0")  # same key, other content: refused
+            assert client.submit(job_entry("n1"), idempotency_key="k1").created is False  # a retry: no new row
+            heard = list(listener.notifies(timeout=2.0, stop_after=10))
+            assert len(heard) == 3 and {n.channel for n in heard} == {NOTIFY_CHANNEL}
+            states = {r[0] for r in other.execute("SELECT state FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND query NOT ILIKE 'LISTEN%'").fetchall()}
+            assert "idle in transaction" not in states
+        store.close()
+    finally:
+        drop_postgres(url)

@@ -29,12 +29,11 @@ from elastic_tasks.coordinator.event_pump import EventPump, Heard
 from elastic_tasks.coordinator.lifecycle import CoordinatorState, Lifecycle
 from elastic_tasks.coordinator.outcomes import JobFailed, JobResult, RescaleOutcome, gather
 from elastic_tasks.protocol import FROM_CHECKPOINT, Plan, PlanKind, RankResult, RankSpec, TrainConfig, check_batch
-from elastic_tasks.recipe import load_entry_point
 from elastic_tasks.coordinator.recovery import Recovery, RecoveryRecord
 from elastic_tasks.coordinator.restart import restart_rescale
-from elastic_tasks.rank.state.elastic import has_checkpoint
+from elastic_tasks.rank.state.checkpoint_files import has_checkpoint
 from elastic_tasks.coordinator.timeouts import startup_s, suspend_s
-from elastic_tasks.rank.trainer import run_rank
+from elastic_tasks.rank.task import build_recipe, run_rank
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +61,10 @@ class JobCoordinator:
         delays: dict[int, float] | None = None,
         on_straggler: Callable[[str, int], None] | None = None,
         remove_stragglers: bool = False,
+        build_recipe_here: bool = True,
     ) -> None:
-        # Fail here, in the caller's process, before any rank task exists.
-        load_entry_point(entrypoint)
+        if build_recipe_here:  # a broken recipe fails here, before any rank task exists (see build_recipe)
+            build_recipe(entrypoint)
         self.client, self.pool, self.job_id, self.entrypoint, self.config = client, pool, job_id, entrypoint, config
         # Scheduler-side state (plans, events, "started" marks, task keys) outlives a run on a
         # long-lived scheduler: a fresh token keeps a re-run of this job id from reading it.

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from elastic_tasks.board import EventKind, RankEvent
 from elastic_tasks.coordinator.lifecycle import CoordinatorState
 from elastic_tasks.protocol import FROM_CHECKPOINT, Plan, PlanKind
-from elastic_tasks.rank.state.elastic import has_checkpoint
+from elastic_tasks.rank.state.checkpoint_files import has_checkpoint
 
 if TYPE_CHECKING:
     from elastic_tasks.coordinator.job import JobCoordinator

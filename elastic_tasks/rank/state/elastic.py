@@ -30,7 +30,6 @@ import dataclasses
 import io
 import os
 import tempfile
-import zipfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,16 +38,14 @@ from typing import Any
 import fsspec
 import torch
 import torch.distributed as dist
-from fsspec.core import url_to_fs
 from torch import nn
 
 from elastic_tasks.rank.state.chunked import DEFAULT_CHUNK_BYTES, BroadcastStats, broadcast_tensors, combine
 from elastic_tasks.rank.scaling import LRRamp
 
-CHECKPOINT_NAME = "state.pt"
-# Next to it: the metadata alone (a few hundred bytes), so reading the ``finished`` flag or the
-# step never loads tensors; written before the checkpoint replaces the old one.
-META_NAME = "meta.pt"
+# Where checkpoints lie and whether one is there: torch-free, for the coordinator's side.
+from elastic_tasks.rank.state.checkpoint_files import CHECKPOINT_NAME, META_NAME, check_readable, has_checkpoint  # noqa: E402, F401
+from elastic_tasks.rank.state.checkpoint_files import filesystem as _filesystem, is_local as _is_local  # noqa: E402
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,16 +232,6 @@ def _cuda_ready() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_initialized()
 
 
-def _filesystem(directory: str | os.PathLike[str]) -> tuple[fsspec.AbstractFileSystem, str]:
-    """The fsspec filesystem and in-filesystem path of a checkpoint directory (path or URL)."""
-    fs, root = url_to_fs(os.fspath(directory))
-    return fs, root.rstrip("/") or "/"
-
-
-def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
-    return "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
-
-
 def _unstrip(directory: str | os.PathLike[str], fs: fsspec.AbstractFileSystem, path: str) -> str:
     return fs.unstrip_protocol(path) if "://" in os.fspath(directory) else path
 
@@ -281,25 +268,6 @@ def _write_local_atomic(local: Path, name: str, obj: object) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def check_readable(directory: str | os.PathLike[str]) -> None:
-    """Raise if the checkpoint cannot be opened, without reading its tensors: its zip directory,
-    which sits at the end of the file, is the first thing a truncated or damaged file loses. (The
-    metadata sidecar may still read fine beside a damaged checkpoint.)"""
-    fs, root = _filesystem(directory)
-    if _is_local(fs):
-        with zipfile.ZipFile(f"{root}/{CHECKPOINT_NAME}"):
-            return
-    with fs.open(f"{root}/{CHECKPOINT_NAME}", "rb") as f, zipfile.ZipFile(f):
-        return
-
-
-def has_checkpoint(directory: str | os.PathLike[str] | None) -> bool:
-    if directory is None:
-        return False
-    fs, root = _filesystem(directory)
-    return fs.isfile(f"{root}/{CHECKPOINT_NAME}")
 
 
 def read_meta(directory: str | os.PathLike[str]) -> TrainMeta:
