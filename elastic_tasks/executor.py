@@ -107,8 +107,7 @@ class _Tracked:
     samples_before: float = 0.0  # a job started again after a stop: what its earlier run had trained
 
     @property
-    def live(self) -> bool:
-        """Started, and its end not yet reported or failed."""
+    def live(self) -> bool:  # started, and its end neither reported nor failed
         return self.coordinator is not None and not self.reported and self.failure is None
 
 
@@ -143,6 +142,11 @@ class DaskExecutor:
     def results(self) -> dict[str, JobResult]:
         """Each job whose ranks' results were collected (a read-only view)."""
         return {j: t.result for j, t in self._tracked.items() if t.result is not None}
+
+    def result(self, job_id: str) -> JobResult | None:
+        """The job's collected result, or None (bind this, not ``results.get``: a view per read)."""
+        t = self._tracked.get(job_id)
+        return t.result if t is not None else None
 
     def _get(self, job_id: str) -> _Tracked:
         return self._tracked.setdefault(job_id, _Tracked())
@@ -273,8 +277,7 @@ class DaskExecutor:
     def in_effect(self, allocation: Allocation) -> Allocation:
         shares = []
         for job_id, share in allocation.shares:
-            t = self._tracked.get(job_id)
-            job = t.coordinator if t is not None else None
+            job = self.jobs.get(job_id)
             gpus = job.world_size if job is not None and 0 < job.world_size < share.gpus else share.gpus
             shares.append((job_id, share if gpus == share.gpus else Share(gpus, max(share.batch, gpus))))
         return Allocation(tuple(shares))
@@ -300,9 +303,8 @@ class DaskExecutor:
     def noise_scale(self, job_id: str, now: float) -> float | None:
         """The job's smoothed B_noise from its latest status (None: not running or not estimated yet)."""
         status = self._status(job_id)
-        if status is None or status.noise_scale is None or not status.noise_scale > 0:
-            return None  # a job's odd report (an older rank's 0.0, a nan) is "not estimated", never a stopped scheduler
-        return status.noise_scale
+        ok = status is not None and status.noise_scale is not None and status.noise_scale > 0
+        return status.noise_scale if ok else None  # an odd report (an older rank's 0.0, a nan): "not estimated", never a stopped scheduler
 
     def _watch(self, job_id: str, t: _Tracked) -> None:
         """Feed the job's refit its latest status, with the hosts its workers span now."""
@@ -336,15 +338,13 @@ class DaskExecutor:
 
     def predicted_rate(self, job_id: str, share: Share) -> float | None:
         """The samples/s the job's current model (its refit, else its profile) predicts for ``share``."""
-        t = self._tracked.get(job_id)
-        if t is None or t.refit is None:
-            return None
-        return float(throughput(t.refit.profile() or t.refit.prior, share.batch, share.gpus, share.accum_steps))
+        refit = self._tracked[job_id].refit if job_id in self._tracked else None
+        return None if refit is None else float(throughput(refit.profile() or refit.prior, share.batch, share.gpus, share.accum_steps))
 
     def measured_rate(self, job_id: str, share: Share) -> float | None:
         """The samples/s the job's latest generation measured, if it ran ``share``'s GPUs and batch."""
-        t = self._tracked.get(job_id)
-        return t.refit.generation_rate(share.gpus, share.batch) if t is not None and t.refit is not None else None
+        refit = self._tracked[job_id].refit if job_id in self._tracked else None
+        return refit.generation_rate(share.gpus, share.batch) if refit is not None else None
 
     def _metered(self, job_id: str, t: _Tracked) -> float:
         """Feed the job's meter its latest status; the base-batch-equivalent samples done."""

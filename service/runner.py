@@ -160,7 +160,7 @@ class Service:
             )
             recorder = StoreRecorder(
                 self.store, tracking, self.checkpoint_dir, lambda j: executor.jobs[j].board_id if j in executor.jobs else None, self.say,
-                result_of=executor.results.get, rates=executor,
+                result_of=executor.result, rates=executor,
             )  # fmt: skip
             tracking.service_started({"policy": cfg.policy, "interval_s": str(cfg.interval_s), "scheduler": self.client.scheduler.address})
             heartbeat = _Heartbeat(self.store, executor, tracking, self.client, cfg.progress_s)
