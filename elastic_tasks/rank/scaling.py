@@ -81,7 +81,8 @@ def plan_accumulation(planned: int | None, global_batch: int, world_size: int, m
         raise ValueError(f"Plan.accum_steps={planned!r}: must be an integer >= 1 or None")
     if global_batch < world_size * planned:
         raise ValueError(f"Plan.accum_steps={planned!r}: global batch {global_batch} leaves some of {world_size} GPUs x {planned} micro-steps no sample")
-    micro = -(-(-(-global_batch // world_size)) // planned)
+    largest_local = -(-global_batch // world_size)
+    micro = -(-largest_local // planned)
     if max_batch_per_gpu is not None and micro > max_batch_per_gpu:
         raise ValueError(
             f"Plan.accum_steps={planned!r}: micro-batches of {micro} on {world_size} GPU(s) at global batch {global_batch} exceed max_batch_per_gpu={max_batch_per_gpu}"
