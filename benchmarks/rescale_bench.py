@@ -13,8 +13,9 @@ receive ~77 MB of parameters and momentum), global batch 32:
   processes (a lower bound, ``restart_tasks_only_s``). The pause is measured the same way
   (last step before the stop -> new generation ready).
 * steady overhead: median step time of the elastic trainer at a fixed 2 ranks vs a plain
-  DDP loop (same model, data, batch and workers), in paired rounds alternating which runs
-  first; the figure is the median of the per-round ratios (min and max printed too). On a
+  DDP loop (same model, data, batch and workers), in rounds that sandwich the elastic runs
+  between two plain runs (their mean is the round's baseline, cancelling a linear drift of the
+  machine's load); the figure is the median of the per-round ratios (min and max printed too). On a
   shared machine the wall ratio is noisy, so two steadier figures come with it: the ratio of
   CPU time per step of rank 0's whole process (all threads, so the elastic trainer's
   background courier counts), and the time of the trainer's own collective (the end-of-step
@@ -125,7 +126,10 @@ def noise_scale_rel_error(steps: int = 400, batch: int = 64, micro: int = 16) ->
     model = recipe.build_model()
     opt = recipe.make_optimizer(model.parameters(), recipe.base_lr * batch / recipe.base_batch)
     sampler = EpochSampler(len(recipe.dataset), 0)
-    probe, reference = GradientNoiseProbe(), NoiseScaleEstimator()
+    # The probe as the trainer runs it (its cost budget included), on a clock that leaves out
+    # the reference's float64 bookkeeping: the budget sees the step the trainer would run.
+    reference_s = [0.0]
+    probe, reference = GradientNoiseProbe(clock=lambda: time.perf_counter() - reference_s[0]), NoiseScaleEstimator()
     cheap_values, ref_values = [], []
 
     def sq64(tensors: list[torch.Tensor]) -> float:
@@ -141,12 +145,16 @@ def noise_scale_rel_error(steps: int = 400, batch: int = 64, micro: int = 16) ->
             loss, _ = recipe.loss(model, to_device(recipe.collate(chunk), torch.device("cpu")))
             (loss * (len(chunk) / batch)).backward()
             probe.after_micro(model, len(chunk), 1 / batch, world=1)
+            t_ref = time.perf_counter()
             grads = [p.grad.double() for p in model.parameters() if p.grad is not None]
             diff = grads if previous is None else [g - p for g, p in zip(grads, previous)]
             micro_sq.append(sq64(diff) / (len(chunk) / batch) ** 2)  # the micro-batch's mean gradient
             previous = [g.clone() for g in grads]
+            reference_s[0] += time.perf_counter() - t_ref
+        t_ref = time.perf_counter()
         big = sq64([p.grad for p in model.parameters() if p.grad is not None])
         reference.update(noise_terms(sum(micro_sq) / len(micro_sq), micro, big, batch))
+        reference_s[0] += time.perf_counter() - t_ref
         cheap = probe.finish_step(model, batch, world=1)
         opt.step()
         if step >= steps // 2 and probe.estimator.grad_sq is not None:
@@ -173,30 +181,29 @@ def main() -> None:
 
         # Steady state first (A/B/A/B), on two workers, nothing else running.
         workers = sorted(worker_info(client))[:2]
-        # Other load on the machine drifts over minutes: pair each elastic round with the plain
-        # round just before it, alternate which goes first, and take the median paired ratio.
+        # Other load on the machine drifts over minutes: each round sandwiches the two elastic
+        # runs between two plain runs (plain, elastic, elastic, plain) and compares them with the
+        # plain runs' mean, which cancels a drift that is linear over the round; the probe's on
+        # and off runs alternate their order; the figure is the median over rounds.
         plain, elastic, ratios, agree, cpu_ratios = [], [], [], [], []
         off_ratios, off_cpu_ratios, probe_cpu = [], [], []
         for i in range(args.rounds):
-            first_plain = i % 2 == 0
-            if first_plain:
-                plain_run = run_plain(client, workers, args.steady_steps, 29500 + i)
-            # The probe on and off back to back, in alternating order too.
-            order = (True, False) if first_plain else (False, True)
+            before = run_plain(client, workers, args.steady_steps, 29500 + 2 * i)
+            order = (True, False) if i % 2 == 0 else (False, True)
             runs = {probe: run_elastic_steady(client, args.steady_steps, str(i), probe) for probe in order}
-            if not first_plain:
-                plain_run = run_plain(client, workers, args.steady_steps, 29500 + i)
+            after = run_plain(client, workers, args.steady_steps, 29501 + 2 * i)
+            plain_wall, plain_cpu = (before[0] + after[0]) / 2, (before[1] + after[1]) / 2
             (step_s, cpu_s, agree_s), (off_s, off_cpu, _) = runs[True], runs[False]
-            plain.append(plain_run[0])
+            plain.append(plain_wall)
             elastic.append(step_s)
             agree.append(agree_s)
-            ratios.append(step_s / plain_run[0])
-            cpu_ratios.append(cpu_s / plain_run[1])
-            off_ratios.append(off_s / plain_run[0])
-            off_cpu_ratios.append(off_cpu / plain_run[1])
+            ratios.append(step_s / plain_wall)
+            cpu_ratios.append(cpu_s / plain_cpu)
+            off_ratios.append(off_s / plain_wall)
+            off_cpu_ratios.append(off_cpu / plain_cpu)
             probe_cpu.append(cpu_s / off_cpu)
             print(
-                f"steady round {i}: plain DDP {plain_run[0]:.4f} s/step ({plain_run[1]:.4f} CPU), "
+                f"steady round {i}: plain DDP {before[0]:.4f}/{after[0]:.4f} s/step ({before[1]:.4f}/{after[1]:.4f} CPU), "
                 f"elastic probe on {step_s:.4f} s/step ({cpu_s:.4f} CPU), probe off {off_s:.4f} s/step ({off_cpu:.4f} CPU); "
                 f"wall ratio on {ratios[-1]:.4f} off {off_ratios[-1]:.4f}, CPU ratio on {cpu_ratios[-1]:.4f} off {off_cpu_ratios[-1]:.4f}"
             )
@@ -250,10 +257,13 @@ def main() -> None:
         "steady_ratio_max": round(max(ratios), 4),
         "steady_rounds": len(ratios),
         "steady_cpu_overhead_pct": round(100 * (statistics.median(cpu_ratios) - 1), 2),
+        "steady_cpu_ratio_min": round(min(cpu_ratios), 4),
+        "steady_cpu_ratio_max": round(max(cpu_ratios), 4),
         "steady_overhead_no_probe_pct": round(100 * (statistics.median(off_ratios) - 1), 2),
         "steady_cpu_overhead_no_probe_pct": round(100 * (statistics.median(off_cpu_ratios) - 1), 2),
         "probe_cpu_share_pct": round(100 * (statistics.median(probe_cpu) - 1), 2),
         "noise_scale_rel_error": round(rel_error, 4),
+        "noise_probe_every_mlp_tiny": every,
         "agree_s": round(statistics.median(agree), 5),
         "agree_pct_of_step": round(100 * statistics.median(agree) / elastic_s, 3),
         "wall_s": round(time.time() - t_start, 1),

@@ -106,7 +106,9 @@ def _accumulated_steps(probe, model, steps, batch=64, micro=16, scaler=None, ove
 
 
 def test_cheap_probe_on_one_rank_with_accumulation_matches_the_closed_form():
-    probe = GradientNoiseProbe(smoothing=0.995)
+    # No cost budget: this tiny model's step is so short that the budget would thin samples to
+    # its cap; what is checked here is the estimate with the variance's N.
+    probe = GradientNoiseProbe(smoothing=0.995, schedule=SampleSchedule(cost_budget=None))
     value = _accumulated_steps(probe, _model(), 3000)
     # Sampled every N steps, N from the estimate's variance: fewer samples than steps, still enough.
     assert 300 <= probe.estimator.updates < 3000 and probe.schedule.every > 1
@@ -119,7 +121,7 @@ def test_an_overflow_step_is_left_out_and_the_estimate_survives():
     model = _model()
     scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
     opt = torch.optim.SGD(model.parameters(), lr=0.0)  # lr 0: the parameters stay at W_AT
-    probe = GradientNoiseProbe(smoothing=0.995, schedule=SampleSchedule(max_every=1))
+    probe = GradientNoiseProbe(smoothing=0.995, schedule=SampleSchedule(max_every=1, cost_budget=None))
     rng = np.random.default_rng(9)
     batch, micro = 64, 16
     for step in range(1500):
@@ -162,6 +164,54 @@ def test_schedule_samples_rarely_when_the_terms_are_steady_and_every_step_when_n
     assert steady.every == steady.max_every and noisy.every == 1
     picks = [steady.due() for _ in range(4 * steady.max_every)]
     assert sum(picks) == 4
+
+
+def test_cost_budget_thins_samples_to_keep_the_probe_within_its_share_of_the_step():
+    """A probe that costs 5 % of a step's time, budget 1 %: every 5th step (5 / (0.01 * 100)),
+    whatever the variance asks; a sampled step takes 105, the probe's 5 left out of the base."""
+    schedule = SampleSchedule(cost_budget=0.01, warmup=0)
+    sampled = 0
+    for _ in range(400):
+        due = schedule.due()
+        sampled += due
+        schedule.charge(5.0 if due else None, 100.0 + (5.0 if due else 0.0))
+    assert schedule.every == 5
+    # After the first sample (the budget is unknown until timed), one step in five is sampled.
+    assert sampled == pytest.approx(400 / 5, abs=2)
+    assert schedule.probe_share == pytest.approx(5.0 / 5 / 100.0, rel=0.05)
+
+
+def test_cost_budget_none_and_a_cheap_probe_leave_the_variance_rule_alone():
+    free, cheap = SampleSchedule(cost_budget=None), SampleSchedule(cost_budget=0.01)
+    for schedule in (free, cheap):
+        for _ in range(50):
+            schedule.charge(0.001 if schedule.due() else None, 1.0)  # the probe: 0.1 % of the step
+    assert free.every == 1 and cheap.every == 1
+
+
+def test_probe_times_its_own_work_on_sampled_steps_only():
+    """With a clock the test moves, the probe's charge is what passed inside its own calls."""
+    charged: list[tuple[float | None, float]] = []
+
+    class Recording(SampleSchedule):
+        def charge(self, probe_s: float | None, step_s: float) -> None:
+            charged.append((probe_s, step_s))
+            super().charge(probe_s, step_s)
+
+    now = [0.0]
+    model, rng = _model(), np.random.default_rng(1)
+    probe = GradientNoiseProbe(schedule=Recording(cost_budget=0.5), clock=lambda: now[0])
+    for _ in range(3):
+        x, y = _draw(rng, 32)
+        sampled = probe.begin_step(model, world=1, micro_batches=2)
+        for a in (0, 16):
+            (_loss(model, x[a : a + 16], y[a : a + 16]) * 0.5).backward()
+            now[0] += 10.0  # the step's own work
+            probe.after_micro(model, 16, 1 / 32, world=1)
+        probe.finish_step(model, 32, world=1)
+        assert sampled
+    # The clock never moved inside the probe's calls: a sampled step charges 0, the step 20.
+    assert charged == [(0.0, 20.0), (0.0, 20.0)]
 
 
 def _rank(rank, world, init_file, out_file):

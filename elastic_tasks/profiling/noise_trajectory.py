@@ -67,7 +67,7 @@ def measure_noise_trajectory(
     optimizer = recipe.make_optimizer(model.parameters(), recipe.base_lr * batch / recipe.base_batch)
     sampler = EpochSampler(len(recipe.dataset), seed)  # type: ignore[arg-type]
     # Offline: every step is sampled (the trainer's probe samples every N-th; rank/noise/probe_schedule.py).
-    probe = GradientNoiseProbe(smoothing=0.95, schedule=SampleSchedule(max_every=1))
+    probe = GradientNoiseProbe(smoothing=0.95, schedule=SampleSchedule(max_every=1, cost_budget=None))
     marks = {int(round(f * (steps - 1))): float(f) for f in np.linspace(1 / points, 1.0, points)}
     fractions, values, losses, recent = [], [], [], []
     latest = math.nan

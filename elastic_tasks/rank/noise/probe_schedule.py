@@ -27,6 +27,18 @@ cv^2 is measured from the samples themselves (their mean squared residual); the 
 ``warmup`` samples are taken every step, before anything is known. A noisy estimate (large
 cv) is thus sampled every step; a steady one as rarely as every ``max_every`` steps, where
 the probe's cost is 1/max_every of a sampled step's.
+
+A cost budget bounds N from below: the probe times its own work on a sampled step (the norms,
+on the host: on a GPU that is their launch, the kernels themselves are microseconds) and the
+schedule keeps the average below ``cost_budget`` of the step time,
+
+    N >= ceil(probe_s / (cost_budget * step_s)),
+
+so what users pay for the probe is known up front (1 % by default). Where the variance would
+want more samples than the budget allows, the budget wins and ``expected_rel_error`` says what
+that costs in accuracy over the horizon. On a GPU the budget never binds; on a CPU, where the
+norms are memory-bound passes over every gradient, it does for large models (``alexnet_10m``:
+two passes of ~40 MB against a ~140 ms step).
 """
 
 from __future__ import annotations
@@ -41,16 +53,31 @@ class SampleSchedule:
     rel_error: float = 0.1
     max_every: int = 8
     warmup: int = 16
-    every: int = 1
+    cost_budget: float | None = 0.01  # the probe's average share of the step time; None: no bound
+    max_every_for_cost: int = 64  # the budget never thins samples beyond this
     samples: int = 0
+    _variance_every: int = 1
+    _cost_every: int = 1
     _residual_sq: float = 0.0
     _since: int = 1 << 30  # steps since the last sample: the first step is sampled
+    _probe_s: float | None = None  # moving averages of a sampled step's probe time and of a step's time
+    _step_s: float | None = None
 
     def __post_init__(self) -> None:
-        if self.horizon_steps < 1 or self.max_every < 1 or self.warmup < 0:
-            raise ValueError(f"SampleSchedule: horizon_steps={self.horizon_steps!r}, max_every={self.max_every!r}, warmup={self.warmup!r}")
+        if self.horizon_steps < 1 or self.max_every < 1 or self.warmup < 0 or self.max_every_for_cost < 1:
+            raise ValueError(
+                f"SampleSchedule: horizon_steps={self.horizon_steps!r}, max_every={self.max_every!r}, "
+                f"warmup={self.warmup!r}, max_every_for_cost={self.max_every_for_cost!r}"
+            )
         if not (0 < self.rel_error < 1):
             raise ValueError(f"SampleSchedule.rel_error={self.rel_error!r}: must be in (0, 1)")
+        if self.cost_budget is not None and not (0 < self.cost_budget <= 1):
+            raise ValueError(f"SampleSchedule.cost_budget={self.cost_budget!r}: must be in (0, 1] or None")
+
+    @property
+    def every(self) -> int:
+        """Sample every N-th step: the variance's N, or more where the cost budget needs it."""
+        return max(self._variance_every, self._cost_every)
 
     def due(self) -> bool:
         """Called once per step: whether this step is sampled."""
@@ -59,6 +86,37 @@ class SampleSchedule:
             self._since = 0
             return True
         return False
+
+    def charge(self, probe_s: float | None, step_s: float) -> None:
+        """A step took ``step_s``; if it was sampled, the probe's own work in it took ``probe_s``."""
+        if step_s <= 0 or not math.isfinite(step_s):
+            return
+        # What the step costs without the probe: what users would pay with it off.
+        base = step_s - (probe_s if probe_s is not None and probe_s >= 0 else 0.0)
+        if base <= 0:
+            return
+        if self._step_s is not None and base > 10 * self._step_s:
+            return  # a pause between steps (an evaluation, a regroup), not what a step costs
+        self._step_s = base if self._step_s is None else 0.9 * self._step_s + 0.1 * base
+        if probe_s is not None and probe_s >= 0:
+            self._probe_s = probe_s if self._probe_s is None else 0.9 * self._probe_s + 0.1 * probe_s
+        if self.cost_budget is None or self._probe_s is None:
+            return
+        needed = math.ceil(self._probe_s / (self.cost_budget * self._step_s) - 1e-9)
+        self._cost_every = int(max(1, min(self.max_every_for_cost, needed)))
+
+    @property
+    def probe_share(self) -> float | None:
+        """The probe's average cost at the current N, as a share of the step without it (None before it was timed)."""
+        if self._probe_s is None or not self._step_s:
+            return None
+        return self._probe_s / self.every / self._step_s
+
+    @property
+    def expected_rel_error(self) -> float | None:
+        """The estimate's relative standard error over the horizon at the current N (delta method)."""
+        cv_sq = self.cv_sq
+        return None if cv_sq is None else math.sqrt(cv_sq * self.every / self.horizon_steps)
 
     @property
     def cv_sq(self) -> float | None:
@@ -75,4 +133,4 @@ class SampleSchedule:
             return
         cv_sq = self._residual_sq / self.samples
         allowed = self.horizon_steps * self.rel_error**2 / cv_sq if cv_sq > 0 else math.inf
-        self.every = int(max(1, min(self.max_every, math.floor(allowed) if math.isfinite(allowed) else self.max_every)))
+        self._variance_every = int(max(1, min(self.max_every, math.floor(allowed) if math.isfinite(allowed) else self.max_every)))

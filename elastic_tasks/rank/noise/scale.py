@@ -30,6 +30,7 @@ skips) are left out of the averages, and norms are divided by GradScaler's loss 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -133,9 +134,14 @@ class GradientNoiseProbe:
     gradient allreduce hook on a new DDP wrapper (see there).
     """
 
-    def __init__(self, smoothing: float = 0.95, schedule: SampleSchedule | None = None) -> None:
+    def __init__(self, smoothing: float = 0.95, schedule: SampleSchedule | None = None, clock: Callable[[], float] = time.perf_counter) -> None:
         self.estimator = NoiseScaleEstimator(smoothing)
         self.schedule = schedule if schedule is not None else SampleSchedule()
+        # The probe times its own work and the step (from one begin_step to the next) for the
+        # schedule's cost budget; ``clock`` lets a benchmark leave its own bookkeeping out.
+        self._clock = clock
+        self._step_began: float | None = None
+        self._spent: float | None = None  # the probe's time in the current step (None: not sampled)
         self.skipped = 0  # sampled steps left out: non-finite norms (an overflow GradScaler skipped)
         self._pending: list[_Sample] = []
         self._mode: str | None = None
@@ -177,6 +183,10 @@ class GradientNoiseProbe:
 
     def begin_step(self, model: torch.nn.Module, world: int, micro_batches: int) -> bool:
         """Decide whether this step is sampled, and how; returns whether it is."""
+        now = self._clock()
+        if self._step_began is not None:
+            self.schedule.charge(self._spent, now - self._step_began)
+        self._step_began, self._spent = now, None
         for handle in self._handles:  # left by a step that failed half-way (a collective failure)
             handle.remove()
         self._handles = []
@@ -188,20 +198,28 @@ class GradientNoiseProbe:
             self._mode = "first_micro"
         elif world > 1:
             self._mode = "local_hooks"
-            local = self._local
-            # Runs as autograd accumulates each parameter's gradient, before DDP's reducer (a post
-            # hook of the same node) copies it for the allreduce: this rank's own gradient.
-            self._handles = [
-                p.register_post_accumulate_grad_hook(lambda p: local.append(torch.linalg.vector_norm(p.grad, dtype=torch.float32)))
-                for p in model.parameters()
-                if p.requires_grad
-            ]
+            self._handles = [p.register_post_accumulate_grad_hook(self._local_norm) for p in model.parameters() if p.requires_grad]
+        if self._mode is not None:
+            self._spent = self._clock() - now
         return self._mode is not None
+
+    def _local_norm(self, p: torch.Tensor) -> None:
+        """Runs as autograd accumulates each parameter's gradient, before DDP's reducer (a post
+        hook of the same node) copies it for the allreduce: this rank's own gradient."""
+        t0 = self._clock()
+        self._local.append(torch.linalg.vector_norm(p.grad, dtype=torch.float32))
+        self._charge(t0)
+
+    def _charge(self, t0: float) -> None:
+        if self._spent is not None:
+            self._spent += self._clock() - t0
 
     def after_micro(self, model: torch.nn.Module, samples: int, grad_scale: float, world: int) -> None:
         """Record one micro-batch of ``samples`` whose backward used loss scale ``grad_scale``."""
         if self._mode == "first_micro" and self._micro == 0:
+            t0 = self._clock()
             self._small = (_sq_norm(self._grads(model)), samples)
+            self._charge(t0)
         self._micro += 1
         self._local_samples += samples
         self._grad_scale = grad_scale
@@ -209,6 +227,7 @@ class GradientNoiseProbe:
     def finish_step(self, model: torch.nn.Module, global_batch: int, world: int, loss_scale: torch.Tensor | float | None = None) -> float | None:
         """Queue this step's norms (if sampled), fold in those that reached the host; returns the smoothed B_noise (or None)."""
         mode, self._mode = self._mode, None
+        t0 = self._clock()
         for handle in self._handles:
             handle.remove()
         self._handles = []
@@ -224,6 +243,8 @@ class GradientNoiseProbe:
             self._pending.append(_Sample(Deferred(values), small[1], global_batch, self._grad_scale))
         self._small, self._local = None, []
         self._drain()
+        if mode is not None:
+            self._charge(t0)
         return self.estimator.value
 
     def _drain(self) -> None:
