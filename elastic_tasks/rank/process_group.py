@@ -7,9 +7,9 @@ there. A generation's group is destroyed before the next one forms.
 ``init_process_group`` takes one timeout for both its own connect and every later collective:
 gloo's full-mesh connect waited the data timeout (600 s) for a rank that never came
 (docs/benchmarks.md, the 15:36 run). So every rank first checks in on the store
-(``arrival_barrier``), bounded by the control timeout; the group forms only once all have, and
-a missing rank fails the generation's rendezvous within ``timeout_s``, naming it, which sends
-its peers into recovery as a lost peer does.
+(``arrival_barrier``), a control-plane wait (``timeout_s``; the plan wait where ranks may still
+be starting); the group forms only once all have, and a missing rank fails the generation's
+rendezvous, naming it, which sends its peers into recovery as a lost peer does.
 """
 
 from __future__ import annotations
