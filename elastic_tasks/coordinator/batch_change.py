@@ -36,7 +36,7 @@ def change_batch(job: JobCoordinator, global_batch: int, at_step: int | None = N
     # Outside the plan lock: a failure meanwhile must be able to start recovery.
     event = job.wait_applied(version, job.startup_s + job.eta_s(at_step))
     job.lifecycle.move(CoordinatorState.RUNNING, only_from=(CoordinatorState.RESCALING,))
-    if event is None:
+    if event is None or event.version != version:  # the job ended, or a recovery replaced the generation
         return None
     with job.plan_lock:
         job.global_batch, job.accum_steps = global_batch, accum_steps

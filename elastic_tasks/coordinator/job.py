@@ -27,7 +27,7 @@ from elastic_tasks.devices import GPU_RESOURCE
 from elastic_tasks.coordinator.batch_change import change_batch
 from elastic_tasks.coordinator.event_pump import EventPump, Heard
 from elastic_tasks.coordinator.lifecycle import CoordinatorState, Lifecycle
-from elastic_tasks.coordinator.outcomes import JobFailed, JobResult, RescaleOutcome, gather
+from elastic_tasks.coordinator.outcomes import JobFailed, JobResult, RescaleOutcome, gather, occupancy
 from elastic_tasks.protocol import FROM_CHECKPOINT, Plan, PlanKind, RankResult, RankSpec, TrainConfig, check_batch
 from elastic_tasks.coordinator.recovery import Recovery, RecoveryRecord
 from elastic_tasks.coordinator.restart import restart_rescale
@@ -125,9 +125,10 @@ class JobCoordinator:
         self.pump.start()
         event = self.wait_applied(version, self.startup_s)
         if event is None and not self.finished:
-            raise self.fail(f"its {gpus} rank(s) did not start within {self.startup_s:g} s; {self._occupancy(list(workers))}")
+            raise self.fail(f"its {gpus} rank(s) did not start within {self.startup_s:g} s; {occupancy(self.client, list(workers))}")
         self.lifecycle.move(CoordinatorState.RUNNING, only_from=(CoordinatorState.STARTING,))
-        outcome = RescaleOutcome(version, PlanKind.START, 0, gpus, batch, event.step if event else 0, event.pause_s if event else None, time.time() - t0)
+        world = event.world_size if event is not None and event.world_size else gpus  # fewer: a recovery replaced it
+        outcome = RescaleOutcome(version, PlanKind.START, 0, world, batch, event.step if event else 0, event.pause_s if event else None, time.time() - t0)
         self.rescales.append(outcome)
         return outcome
 
@@ -294,10 +295,9 @@ class JobCoordinator:
         return value
 
     def wait_applied(self, version: int, timeout: float) -> RankEvent | None:
+        """Rank 0's word that ``version`` (or the recovery that replaced it: the event says) trains."""
         def applied(h: Heard) -> object:
-            if version in h.applied:
-                return h.applied[version]
-            return "finished" if h.finished else None
+            return h.applied.get(self.recovery.successor(version)) or ("finished" if h.finished else None)
 
         value = self.wait_for(applied, timeout)
         return value if isinstance(value, RankEvent) else None
@@ -332,7 +332,7 @@ class JobCoordinator:
                 self.publish(Plan(version, PlanKind.STOP, (), batch))
                 self.pool.give_back(added)
                 return None
-            raise self.fail(f"new ranks {new} did not become ready; {self._occupancy(added)}")
+            raise self.fail(f"new ranks {new} did not become ready; {occupancy(self.client, added)}")
         members = tuple(keep) + tuple(new)
         plan = Plan(version, PlanKind.RESCALE, members, batch, at_step=at_step, source=members[0] if new else None, accum_steps=accum)
         self.publish(plan)
@@ -348,9 +348,11 @@ class JobCoordinator:
         if event is None:
             return None
         with self.plan_lock:
-            self.members, self.global_batch, self.accum_steps = plan.members, plan.global_batch, plan.accum_steps
-            self.pool.give_back(self.worker_of[u] for u in pending.before if u not in plan.members)
-        outcome = RescaleOutcome(plan.version, PlanKind.RESCALE, len(pending.before), len(plan.members), plan.global_batch, event.step, event.pause_s, pending.prepare_s)
+            if event.version == plan.version:
+                self.members, self.global_batch, self.accum_steps = plan.members, plan.global_batch, plan.accum_steps
+            # (else a recovery replaced it, e.g. a member never reached the rendezvous, and set them)
+            self.pool.give_back((self.worker_of[u] for u in pending.before if u not in self.members), owner=self.job_id)
+        outcome = RescaleOutcome(event.version, PlanKind.RESCALE, len(pending.before), len(self.members), self.global_batch, event.step, event.pause_s, pending.prepare_s)
         self.rescales.append(outcome)
         return outcome
 
@@ -366,14 +368,6 @@ class JobCoordinator:
             if self.remove_stragglers and event.uid in self.members:
                 # Not on the pump's thread: the switch waits for events the pump delivers.
                 threading.Thread(target=self._remove_quietly, args=(event.uid,), daemon=True).start()
-
-    def _occupancy(self, workers: list[str]) -> str:
-        """What each worker is running now, for an error that says why a rank never started."""
-        try:
-            busy = self.client.processing(workers)
-        except Exception as exc:  # noqa: BLE001 - a diagnostic must not hide the real error
-            return f"worker occupancy unknown ({type(exc).__name__})"
-        return "running on those workers: " + ", ".join(f"{w}: {list(busy.get(w, ())) or 'nothing'}" for w in workers)
 
     def _wait_ready(self, uids: list[str], timeout: float) -> bool:
         """True once every rank in ``uids`` is ready; False on timeout or if the job finished first

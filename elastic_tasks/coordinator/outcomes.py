@@ -5,8 +5,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from distributed import Client
+
 from elastic_tasks.protocol import EvalResult, PlanKind, RankResult, StepRecord
 from elastic_tasks.coordinator.recovery import RecoveryRecord
+
+
+def occupancy(client: Client, workers: list[str]) -> str:
+    """What each worker is running now, for an error that says why a rank never started."""
+    try:
+        busy = client.processing(workers)
+    except Exception as exc:  # noqa: BLE001 - a diagnostic must not hide the real error
+        return f"worker occupancy unknown ({type(exc).__name__})"
+    return "running on those workers: " + ", ".join(f"{w}: {list(busy.get(w, ())) or 'nothing'}" for w in workers)
 
 
 class JobFailed(RuntimeError):

@@ -69,6 +69,14 @@ class Recovery:
     def recovered_from(self) -> set[int]:
         return {r.failed_version for r in self.records}
 
+    def successor(self, version: int) -> int:
+        """The generation that now stands for ``version``: itself, or the recovery (of a recovery, ...)
+        that replaced it, e.g. when a member never reached its rendezvous."""
+        for record in list(self.records):  # in order: a chain of recoveries is followed to its end
+            if record.failed_version == version:
+                version = record.version
+        return version
+
     def tick(self) -> None:
         """After each drain: recover the newest failed generation not yet recovered."""
         heard = self.job.pump.heard

@@ -35,6 +35,24 @@ def plan_wait_s(config: TrainConfig) -> float:
     return max(PLAN_WAIT_FLOOR_S, COLLECTIVES_PER_SWITCH * config.timeout_s)
 
 
+def rendezvous_wait_s(config: TrainConfig, patient: bool) -> float:
+    """The longest a rank waits at its generation's rendezvous: for rank 0 to open it, or for
+    every member to check in (rank/process_group.arrival_barrier).
+
+    Members of a running generation switch at the step boundary they agreed on: one control
+    timeout (``patient`` False). Patient waits take as long as the wait for a plan:
+
+    * a rank joining waits for rank 0 to open: it read the plan as soon as it was published,
+      while rank 0 may still have a step, its agreement, an evaluation or a checkpoint to finish
+      (at the start, its recipe to build). Waiting only ``timeout_s`` failed a grow on a loaded
+      host (docs/benchmarks.md: "did not open a rendezvous within 60 s", the job's timeout_s;
+      the scheduler logs that same wait's end as a timed-out ``variable_get``);
+    * every rank waits for the others to check in where the plan was published as its ranks
+      launched (a start, a relaunch from the checkpoint): some may still be starting.
+    """
+    return plan_wait_s(config) if patient else config.timeout_s
+
+
 def suspend_s(config: TrainConfig) -> float:
     """A checkpoint-stop takes effect at the next step boundary: a step and a switch's collectives at most."""
     return COLLECTIVES_PER_SWITCH * config.timeout_s

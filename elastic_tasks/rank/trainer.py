@@ -62,7 +62,7 @@ from elastic_tasks.rank.data.sharding import EpochSampler, rank_slice
 from elastic_tasks.rank.state.elastic import ElasticState, TrainMeta, has_checkpoint, read_meta
 from elastic_tasks.rank.health.straggler import StragglerDetector
 from elastic_tasks.rank.wall_split import Phase, WallTimeline
-from elastic_tasks.coordinator.timeouts import plan_wait_s
+from elastic_tasks.coordinator.timeouts import plan_wait_s, rendezvous_wait_s
 
 log = logging.getLogger(__name__)
 
@@ -178,11 +178,15 @@ class _Rank:
     def _enter(self, plan: Plan, t_stop: float) -> None:
         """Join generation ``plan.version``: new process group, state from the source, new DDP."""
         self._drop_group()
+        # A joiner's rank 0 may be a step or more from the switch; the ranks of a plan published
+        # as they launched may still be starting (coordinator/timeouts.rendezvous_wait_s).
+        opens_within = rendezvous_wait_s(self.config, patient=self.plan is None)
+        arrive_within = rendezvous_wait_s(self.config, patient=plan.kind == PlanKind.START or plan.source == FROM_CHECKPOINT)
         self.switch.adopt(plan)
         self.rank, self.world = plan.members.index(self.spec.uid), len(plan.members)
         self.agreement = Agreement(self.rank, self.world)
         with collective(f"rendezvous of generation {plan.version}"):
-            self.groups.form(plan.version, self.rank, self.world)
+            self.groups.form(plan.version, self.rank, self.world, opens_within, arrive_within)
         with self.wall.phase(Phase.STATE_TRANSFER):
             if plan.source == FROM_CHECKPOINT:
                 self.checkpoints.wait()
