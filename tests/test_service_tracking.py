@@ -1,6 +1,6 @@
 """The service's MLflow tracking on its own thread: calls made before MLflow is even imported are
 all sent, in order; a new job run's id reaches ``on_run``; a resumed run's id is known at once;
-an unusable tracking URI turns tracking off with one warning. Real MLflow on a sqlite file."""
+a URI MLflow cannot use at all turns tracking off with one warning. Real MLflow on a sqlite file."""
 
 from __future__ import annotations
 
@@ -51,16 +51,18 @@ def test_a_resumed_job_keeps_its_run_and_close_ends_runs_left_open(tmp_path):
     assert run.info.status == "KILLED" and run.data.metrics["loss"] == 0.5  # ended by close: the service stopped under it
 
 
-def test_an_unusable_tracking_uri_turns_tracking_off_with_one_warning(tmp_path):
-    (tmp_path / "afile").write_text("")
+def test_a_uri_mlflow_cannot_use_at_all_turns_tracking_off_with_one_warning(tmp_path):
+    """Not a store that is away (those calls are journaled: test_service_tracking_replay.py) but
+    one no MLflow could ever reach: nothing to wait for."""
     warnings: list[str] = []
-    tracking = ServiceTracking(f"sqlite:///{tmp_path / 'afile' / 'mlflow.db'}", "exp", warn=warnings.append)
+    tracking = ServiceTracking("nosuchscheme://x", "exp", warn=warnings.append, journal=tmp_path / "journal.jsonl")
     tracking.service_started({})
     tracking.job_run("j1", "one", None, {})
     tracking.metrics("j1", {"loss": 1.0})
     tracking.close()
-    assert len(warnings) == 1 and warnings[0].startswith("MLflow tracking is off for this service")
+    assert len(warnings) == 1 and warnings[0].startswith("MLflow tracking is off for this service"), warnings
     assert not tracking.enabled and tracking.job_run("j2", "two", "r", {}) is None
+    assert not (tmp_path / "journal.jsonl").exists()
 
 
 def test_no_tracking_uri_means_no_thread_and_nothing_to_wait_for():

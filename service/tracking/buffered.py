@@ -1,18 +1,25 @@
-"""MLflow through ``MlflowClient``, with a local buffer for when the tracking server is away.
+"""MLflow through ``MlflowClient``, with a local journal for when the tracking store is away: the
+one failure policy of the flows (``flows.recording.tracking.Tracker``) and the service
+(``service.tracking.ServiceTracking``).
 
-Training must never stop because the tracking server did. Every call goes through
-``Tracker``: while the server answers, calls go straight to it; when a call fails because the
-server cannot be reached, the user is told once, that call and every later one are appended
-to a JSONL journal on local disk (artifacts copied beside it), and each later call first
-tries — at most every ``retry_every_s`` — to replay the journal in order. Runs created while
-offline get a local reference (``offline-…``) that the replay maps to the real run id; the
-map is kept in the journal, so a later process (the next ``malleable`` command) can finish a
-flush this one could not.
+The work being recorded must never stop because the tracking store did. Every call goes through
+``BufferedTracker``: while the store answers, calls go straight to it; when a call fails because
+the store cannot be used (``unavailable``: a server unreachable or refusing this client, a local
+store damaged; the service passes a wider reading), the user is told once, that call and every
+later one are appended to a JSONL journal on local disk (artifacts copied beside it), and each
+later call first tries — at most every ``retry_every_s`` — to replay the journal in order. Runs
+created while offline get a local reference (``offline-…``) that the replay maps to the real run
+id; the map is kept in the journal, so a later process (the next ``malleable`` command, the next
+service) can finish a flush this one could not.
+
+A call MLflow answers with a refusal (a bad value) raises, or, given ``on_rejected``, is reported
+there and skipped, so that it cannot hold the journal behind it.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -22,20 +29,19 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import requests
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
-from mlflow.exceptions import MlflowException
 
-from flows.recording.journal import CreateRun, JournalOp, LogArtifact, LogBatch, RunRefs, Terminate, from_json, to_json
-from flows.config.local_state import DamagedStateError, check_sqlite
-from service.tracking import ensure_experiment
 from service.redaction import redact_url
+from service.tracking.experiment import ensure_experiment
+from service.tracking.failures import StoreDamagedError, host, refused, store_damaged, unavailable, unreachable
+from service.tracking.journal import CreateRun, JournalOp, LogArtifact, LogBatch, Reopen, RunRefs, Terminate, from_json, to_json
 
 PARENT_TAG = "mlflow.parentRunId"
 OFFLINE_PREFIX = "offline-"
 # log_batch accepts at most 1000 metrics and 100 params per call.
 _MAX_METRICS, _MAX_PARAMS = 1000, 100
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,54 +52,7 @@ class MetricPoint:
     timestamp_ms: int | None = None
 
 
-def _unreachable(exc: BaseException) -> bool:
-    """Did the call fail because the server could not be reached (rather than a bad request)?"""
-    if isinstance(exc, (requests.RequestException, ConnectionError, TimeoutError)):
-        return True
-    if isinstance(exc, MlflowException):
-        cause = exc.__cause__ or exc.__context__
-        if isinstance(cause, (requests.RequestException, ConnectionError, TimeoutError)):
-            return True
-        text = str(exc)
-        return "Max retries exceeded" in text or "Connection refused" in text or "timed out" in text
-    return False
-
-
-def _host(uri: str) -> str:
-    from urllib.parse import urlsplit
-
-    return urlsplit(uri).netloc or uri
-
-
-def _refused(exc: BaseException) -> bool:
-    """Did a server answer 403? MLflow's server does so to any client whose Host header its
-    ``--allowed-hosts`` does not list (``Invalid Host header``), while ``/health`` still passes."""
-    return isinstance(exc, MlflowException) and "error code 403" in str(exc)
-
-
-def store_damaged(exc: BaseException) -> bool:
-    """Is a local store broken (a truncated or corrupt sqlite file) rather than the request bad?"""
-    seen: BaseException | None = exc
-    while seen is not None:
-        # sqlite3.DatabaseError and sqlalchemy's DatabaseError (which wraps it) share the name.
-        if isinstance(seen, DamagedStateError) or type(seen).__name__ == "DatabaseError" or "database disk image is malformed" in str(seen) or "file is not a database" in str(seen):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
-
-
-def unavailable(exc: BaseException) -> bool:
-    """The store cannot be used now: the server is unreachable or the local store is damaged."""
-    return _unreachable(exc) or store_damaged(exc)
-
-
-def _say(message: str) -> None:
-    from flows.commands.shared.console import err_console
-
-    err_console.print(f"[yellow]{message}[/]", highlight=False, soft_wrap=True)
-
-
-class Tracker:
+class BufferedTracker:
     def __init__(
         self,
         tracking_uri: str,
@@ -102,15 +61,21 @@ class Tracker:
         *,
         timeout_s: float = 5.0,
         retry_every_s: float = 10.0,
-        notify: Callable[[str], None] = _say,
+        notify: Callable[[str], None] = log.warning,
         artifact_location: str | None = None,
+        check_store: Callable[[str], None] | None = None,
+        unavailable: Callable[[BaseException], bool] = unavailable,
+        on_rejected: Callable[[JournalOp, BaseException], None] | None = None,
+        on_created: Callable[[CreateRun, str], None] | None = None,
     ) -> None:
+        """``check_store(uri)`` runs before each connection and raises ``StoreDamagedError`` for a
+        store it finds damaged; ``unavailable(exc)`` says which failures are the store's (the call
+        is journaled; a 403 always is); ``on_rejected(op, exc)`` takes the others instead of the
+        caller; ``on_created(op, run_id)`` hears of each run the store makes, replayed ones too."""
         if tracking_uri.startswith("http"):
             # mlflow reads these per request; its default retries for minutes before failing.
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(max(1, int(timeout_s))))
-        if tracking_uri.startswith("sqlite:///"):
-            Path(tracking_uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         self.tracking_uri = tracking_uri
         self.experiment = experiment
         self.buffer_path = Path(buffer_path)
@@ -122,15 +87,24 @@ class Tracker:
         self._last_try = 0.0
         self._experiment_id: str | None = None
         self._refs: dict[str, str] = {}
+        self._check_store = check_store
+        self._unavailable = unavailable
+        self._on_rejected = on_rejected
+        self._on_created = on_created
+        self._lost: set[str] = set()  # offline refs whose creation MLflow refused
+        self._holding = False
         # Where a new experiment keeps its artifacts; None lets the server (or mlflow's
         # default, ./mlruns under the current directory) decide.
         self.artifact_location = artifact_location
         try:
             self._connect()
         except Exception as exc:
-            if not store_damaged(exc):
+            if store_damaged(exc):
+                self._note_damaged(exc)  # calls go to the journal; replayed once the store is repaired
+            elif self._store_failed(exc):
+                self._note_unavailable(exc)
+            else:
                 raise
-            self._note_damaged(exc)  # calls go to the journal; replayed once the store is repaired
 
     # ---- public API -------------------------------------------------------------------------
 
@@ -188,6 +162,15 @@ class Tracker:
     def end_run(self, run: str, status: str = "FINISHED") -> None:
         self._call(Terminate(run, status))
 
+    def reopen_run(self, run: str) -> None:
+        """Mark an ended run running again (a resumed job continues its run)."""
+        self._call(Reopen(run))
+
+    def hold(self, on: bool) -> None:
+        """While on, every call goes to the journal without trying the store (a caller far
+        behind a slow store keeps its backlog on disk, not in memory); the replay sends them."""
+        self._holding = on
+
     def run_id(self, run: str) -> str | None:
         """The server's id for ``run`` (None while it exists only in the journal)."""
         return self._refs.get(run) if run.startswith(OFFLINE_PREFIX) else run
@@ -214,12 +197,18 @@ class Tracker:
                 self._refs.update(record.pairs)
             else:
                 ops.append(record)
+        if self._on_rejected is not None:
+            # A run whose creation was refused, or dropped from an earlier journal, never gets an
+            # id: its calls are refused too rather than waiting for it forever.
+            made = {op.ref for op in ops if isinstance(op, CreateRun)}
+            self._lost |= {op.run for op in ops if not isinstance(op, CreateRun) and op.run.startswith(OFFLINE_PREFIX)} - made - set(self._refs)
         for i, op in enumerate(ops):
             try:
                 self._send(op)
             except Exception as exc:
-                if not (_refused(exc) or unavailable(exc)):
-                    raise
+                if not self._store_failed(exc):
+                    self._reject(op, exc)
+                    continue
                 self._rewrite([RunRefs(tuple(self._refs.items())), *ops[i:]])
                 return False
         self.buffer_path.unlink(missing_ok=True)
@@ -230,39 +219,60 @@ class Tracker:
 
     # ---- internals --------------------------------------------------------------------------
 
+    def _store_failed(self, exc: BaseException) -> bool:
+        return refused(exc) or self._unavailable(exc)
+
+    def _reject(self, op: JournalOp, exc: BaseException) -> None:
+        """MLflow refused ``op`` itself: the caller's error, or ``on_rejected``'s to report."""
+        if self._on_rejected is None:
+            raise exc
+        if isinstance(op, CreateRun):
+            self._lost.add(op.ref)
+        self._on_rejected(op, exc)
+
     def _call(self, op: JournalOp) -> object:
+        if self._holding:
+            self._append(op)
+            return None
         if self.offline and time.monotonic() - self._last_try >= self._retry_every_s:
             self.flush()
         if not self.offline:
             try:
                 return self._send(op)
             except Exception as exc:
-                refused = _refused(exc)
-                damaged = store_damaged(exc)
-                if damaged:
+                if store_damaged(exc):
                     self._note_damaged(exc)  # says what to do itself
-                elif not (refused or _unreachable(exc)):
-                    raise
-                if not self._told and not damaged:
-                    why = (
-                        f"refuses this client (403; start the server with --allowed-hosts listing "
-                        f"{_host(self.tracking_uri)!r})"
-                        if refused
-                        else "is unreachable"
-                    )
-                    self._notify(
-                        f"MLflow at {redact_url(self.tracking_uri)} (MALLEABLE_TRACKING_URI) {why}; training goes on and tracking "
-                        f"calls are buffered in {self.buffer_path} until it answers."
-                    )
-                    self._told = True
+                elif self._store_failed(exc):
+                    self._note_unavailable(exc)
+                else:
+                    self._reject(op, exc)
+                    return None
                 self._last_try = time.monotonic()
         self._append(op)
         return None
 
+    def _note_unavailable(self, exc: BaseException) -> None:
+        """Say once that the store cannot be used and where the calls wait."""
+        if self._told:
+            return
+        if refused(exc):
+            why = f"refuses this client (403; start the server with --allowed-hosts listing {host(self.tracking_uri)!r})"
+        elif unreachable(exc):
+            why = "is unreachable"
+        else:
+            why = f"cannot be used now ({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''})"
+        self._notify(
+            f"MLflow at {redact_url(self.tracking_uri)} (MALLEABLE_TRACKING_URI) {why}; training goes on and tracking "
+            f"calls are buffered in {self.buffer_path} until it answers."
+        )
+        self._told = True
+
     def _connect(self) -> MlflowClient:
         if self.client is None:
-            if self.tracking_uri.startswith("sqlite:///"):  # SQLite may not notice a truncated file until too late
-                check_sqlite(Path(self.tracking_uri.removeprefix("sqlite:///")), "MLflow store", "the next command starts a fresh one")
+            if self.tracking_uri.startswith("sqlite:///"):
+                Path(self.tracking_uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+            if self._check_store is not None:  # e.g. SQLite may not notice a truncated file until too late
+                self._check_store(self.tracking_uri)
             self.client = MlflowClient(self.tracking_uri)
             self._damaged = None
         return self.client
@@ -273,7 +283,7 @@ class Tracker:
         if self._damaged is None:
             where = self.tracking_uri.removeprefix("sqlite:///")
             first = str(exc).splitlines()[0] if str(exc) else ""
-            self._damaged = first if isinstance(exc, DamagedStateError) else (
+            self._damaged = first if isinstance(exc, StoreDamagedError) else (
                 f"MLflow store {where} is damaged ({type(exc).__name__}: {first}); move it aside (mv {where} {where}.damaged): the next command starts a fresh one"
             )
             self._notify(f"{self._damaged}. Tracking calls are kept in {self.buffer_path} until then.")
@@ -304,6 +314,8 @@ class Tracker:
     def _resolve(self, ref: str | None) -> str | None:
         if ref is None or not ref.startswith(OFFLINE_PREFIX):
             return ref
+        if ref in self._lost:
+            raise LookupError(f"run {ref}: MLflow refused to create it")
         if ref not in self._refs:
             raise ConnectionError(f"run {ref} not created yet")  # its create_run is still waiting
         return self._refs[ref]
@@ -317,6 +329,8 @@ class Tracker:
                 tags[PARENT_TAG] = parent
             run = client.create_run(self._experiment(), run_name=op.name, tags=tags)
             self._refs[op.ref] = run.info.run_id
+            if self._on_created is not None:
+                self._on_created(op, run.info.run_id)
             return run.info.run_id
         run_id = self._resolve(op.run)
         assert run_id is not None
@@ -334,6 +348,8 @@ class Tracker:
                 client.log_artifact(run_id, op.path, op.artifact_path)
         elif isinstance(op, Terminate):
             client.set_terminated(run_id, op.status)
+        elif isinstance(op, Reopen):
+            client.update_run(run_id, status="RUNNING")
         else:
             raise ValueError(f"journal op={op!r}: unknown")
         return None
@@ -363,19 +379,3 @@ class Tracker:
         os.replace(tmp, self.buffer_path)
 
 
-def tracker_from_settings(settings: object, **kwargs: object) -> Tracker:
-    """A Tracker configured from ``flows.config.settings.Settings``."""
-    from flows.config.settings import Settings
-
-    assert isinstance(settings, Settings)
-    # With the embedded sqlite store, artifacts live beside it in the state directory rather
-    # than in ./mlruns of wherever the command ran.
-    artifacts = None if settings.tracking_uri else (settings.state_dir / "mlartifacts").resolve().as_uri()
-    return Tracker(
-        settings.resolved_tracking_uri,
-        settings.experiment,
-        settings.buffer_path,
-        timeout_s=settings.tracking_timeout_s,
-        artifact_location=artifacts,
-        **kwargs,  # type: ignore[arg-type]
-    )
