@@ -122,7 +122,7 @@ def test_a_store_lost_mid_run_loses_nothing_and_a_refused_call_holds_nothing_up(
     tracking = ServiceTracking(uri, "exp", warn=warnings.append, on_run=lambda j, r: recorded.append((j, r)), journal=journal, retry_every_s=0.2)
     tracking.job_run("j1", "one", None, {"samples": 10})
     tracking.metrics("j1", {"loss": 3.0}, step=0)
-    _wait_for(lambda: bool(recorded))
+    _wait_for(lambda: bool(recorded) and bool(_history(MlflowClient(uri), recorded[0][1], "loss")))  # in MLflow
     aside = _take_away(store_dir)
     tracking.metrics("j1", {"loss": 2.0}, step=1)
     tracking.metrics("j1", {"no?such:name": 1.0}, step=1)  # MLflow refuses this name: dropped when replayed
