@@ -70,3 +70,24 @@ def test_no_tracking_uri_means_no_thread_and_nothing_to_wait_for():
     assert not tracking.enabled and tracking.job_run("j", "n", None, {}) is None
     tracking.metrics("j", {"loss": 1.0})
     tracking.close()
+
+
+def test_a_backlog_beyond_its_bound_waits_on_disk_and_still_arrives_whole_in_order(tmp_path):
+    """Calls made faster than MLflow takes them (here: all before MLflow has even opened its
+    store) go to the journal past ``MAX_PENDING`` rather than memory; none is dropped."""
+
+    class Small(ServiceTracking):
+        MAX_PENDING = 5
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    recorded: list[tuple[str, str]] = []
+    tracking = Small(uri, "exp", warn=lambda _line: None, on_run=lambda j, r: recorded.append((j, r)), journal=tmp_path / "journal.jsonl")
+    tracking.job_run("j1", "one", None, {})
+    values = [float(v) for v in range(50)]
+    for step, value in enumerate(values):
+        tracking.metrics("j1", {"loss": value}, step=step)
+    tracking.job_ended("j1", "FINISHED")
+    tracking.close()
+    history = MlflowClient(uri).get_metric_history(recorded[0][1], "loss")
+    assert [m.value for m in sorted(history, key=lambda m: m.step)] == values
+    assert MlflowClient(uri).get_run(recorded[0][1]).info.status == "FINISHED" and not (tmp_path / "journal.jsonl").exists()
