@@ -30,7 +30,7 @@ from service.lease import Lease, Taken
 from service.records import RESUMABLE, JobState
 from service.recorder import StoreRecorder
 from service.store import JobStore, redact
-from service.tracking import ServiceTracking
+from service.tracking import ServiceTracking, service_journal
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +132,7 @@ class Service:
         tracking = ServiceTracking(
             cfg.tracking_uri, cfg.experiment, warn=self.say, job_tags={"malleable.policy": cfg.policy},
             on_run=lambda job_id, run_id: self.store.update_job(job_id, mlflow_run_id=run_id),
+            journal=service_journal(cfg.store_url),  # what MLflow cannot take now waits there, for this service or the next
         )  # fmt: skip
         executor: DaskExecutor | None = None
         feed: StoreFeed | None = None

@@ -1,6 +1,6 @@
 """The service's MLflow tracking on its own thread: calls made before MLflow is even imported are
 all sent, in order; a new job run's id reaches ``on_run``; a resumed run's id is known at once;
-an unusable tracking URI turns tracking off with one warning. Real MLflow on a sqlite file."""
+a URI MLflow cannot use at all turns tracking off with one warning. Real MLflow on a sqlite file."""
 
 from __future__ import annotations
 
@@ -51,16 +51,18 @@ def test_a_resumed_job_keeps_its_run_and_close_ends_runs_left_open(tmp_path):
     assert run.info.status == "KILLED" and run.data.metrics["loss"] == 0.5  # ended by close: the service stopped under it
 
 
-def test_an_unusable_tracking_uri_turns_tracking_off_with_one_warning(tmp_path):
-    (tmp_path / "afile").write_text("")
+def test_a_uri_mlflow_cannot_use_at_all_turns_tracking_off_with_one_warning(tmp_path):
+    """Not a store that is away (those calls are journaled: test_service_tracking_replay.py) but
+    one no MLflow could ever reach: nothing to wait for."""
     warnings: list[str] = []
-    tracking = ServiceTracking(f"sqlite:///{tmp_path / 'afile' / 'mlflow.db'}", "exp", warn=warnings.append)
+    tracking = ServiceTracking("nosuchscheme://x", "exp", warn=warnings.append, journal=tmp_path / "journal.jsonl")
     tracking.service_started({})
     tracking.job_run("j1", "one", None, {})
     tracking.metrics("j1", {"loss": 1.0})
     tracking.close()
-    assert len(warnings) == 1 and warnings[0].startswith("MLflow tracking is off for this service")
+    assert len(warnings) == 1 and warnings[0].startswith("MLflow tracking is off for this service"), warnings
     assert not tracking.enabled and tracking.job_run("j2", "two", "r", {}) is None
+    assert not (tmp_path / "journal.jsonl").exists()
 
 
 def test_no_tracking_uri_means_no_thread_and_nothing_to_wait_for():
@@ -68,3 +70,24 @@ def test_no_tracking_uri_means_no_thread_and_nothing_to_wait_for():
     assert not tracking.enabled and tracking.job_run("j", "n", None, {}) is None
     tracking.metrics("j", {"loss": 1.0})
     tracking.close()
+
+
+def test_a_backlog_beyond_its_bound_waits_on_disk_and_still_arrives_whole_in_order(tmp_path):
+    """Calls made faster than MLflow takes them (here: all before MLflow has even opened its
+    store) go to the journal past ``MAX_PENDING`` rather than memory; none is dropped."""
+
+    class Small(ServiceTracking):
+        MAX_PENDING = 5
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    recorded: list[tuple[str, str]] = []
+    tracking = Small(uri, "exp", warn=lambda _line: None, on_run=lambda j, r: recorded.append((j, r)), journal=tmp_path / "journal.jsonl")
+    tracking.job_run("j1", "one", None, {})
+    values = [float(v) for v in range(50)]
+    for step, value in enumerate(values):
+        tracking.metrics("j1", {"loss": value}, step=step)
+    tracking.job_ended("j1", "FINISHED")
+    tracking.close()
+    history = MlflowClient(uri).get_metric_history(recorded[0][1], "loss")
+    assert [m.value for m in sorted(history, key=lambda m: m.step)] == values
+    assert MlflowClient(uri).get_run(recorded[0][1]).info.status == "FINISHED" and not (tmp_path / "journal.jsonl").exists()

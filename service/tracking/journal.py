@@ -1,8 +1,8 @@
 """The tracking journal's records: one frozen type per buffered MLflow call, and their JSON lines.
 
-``Tracker`` appends these while the server is away and replays them in order later, possibly
-from another process, so the JSON form is a file format: the field names below are what a
-journal written by any earlier version holds.
+``BufferedTracker`` (``service.tracking.buffered``) appends these while the store is away and
+replays them in order later, possibly from another process, so the JSON form is a file format:
+the field names below are what a journal written by any earlier version holds.
 """
 
 from __future__ import annotations
@@ -50,13 +50,20 @@ class Terminate:
 
 
 @dataclass(frozen=True, slots=True)
+class Reopen:
+    """Mark an ended run running again: a service job that resumes continues its run."""
+
+    run: str
+
+
+@dataclass(frozen=True, slots=True)
 class RunRefs:
     """Local run references already created on the server: ``(offline ref, server id)``."""
 
     pairs: tuple[tuple[str, str], ...]
 
 
-JournalOp = Union[CreateRun, LogBatch, LogArtifact, Terminate]
+JournalOp = Union[CreateRun, LogBatch, LogArtifact, Terminate, Reopen]
 JournalRecord = Union[JournalOp, RunRefs]
 
 
@@ -75,6 +82,8 @@ def to_json(record: JournalRecord) -> str:
         data = {"op": "artifacts" if record.directory else "artifact", "run": record.run, "path": record.path, "artifact_path": record.artifact_path}
     elif isinstance(record, Terminate):
         data = {"op": "terminate", "run": record.run, "status": record.status}
+    elif isinstance(record, Reopen):
+        data = {"op": "reopen", "run": record.run}
     elif isinstance(record, RunRefs):
         data = {"op": "refs", "map": dict(record.pairs)}
     else:
@@ -103,6 +112,8 @@ def from_json(data: Mapping[str, object]) -> JournalRecord:
             return LogArtifact(str(data["run"]), str(data["path"]), data.get("artifact_path"), directory=kind == "artifacts")  # type: ignore[arg-type]
         if kind == "terminate":
             return Terminate(str(data["run"]), str(data["status"]))
+        if kind == "reopen":
+            return Reopen(str(data["run"]))
         if kind == "refs":
             return RunRefs(_pairs(dict(data["map"]).items()))  # type: ignore[arg-type]
     except (KeyError, TypeError, ValueError) as exc:
