@@ -126,7 +126,7 @@ class DaskExecutor:
         """``build_recipe_here``: each job's coordinator builds its recipe here before starting ranks
         (``JobCoordinator``); False leaves that to the ranks (the service: no torch in its process)."""
         self.build_recipe_here, self.client = build_recipe_here, client
-        self.pool = WorkerPool(client)
+        self.pool = WorkerPool(client, grace_s=settings.timeout_s)  # a dropped rank ends within the control timeout
         self._entry = entrypoints
         self.settings = settings
         self.clock = clock or WallClock()
