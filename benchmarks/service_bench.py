@@ -57,7 +57,7 @@ from allocator.profiles.io import profile_from_dict  # noqa: E402
 from allocator.types import ClusterSnapshot  # noqa: E402
 from service.client import ServiceClient  # noqa: E402
 from service.feed import StoreFeed  # noqa: E402
-from service.jobspec import validate_entry  # noqa: E402
+from service.jobs.jobspec import validate_entry  # noqa: E402
 from service.records import JobState  # noqa: E402
 from service.store import JobStore  # noqa: E402
 

@@ -18,7 +18,7 @@ from prefect.cache_policies import NO_CACHE
 from allocator.types import JobSpec
 from flows.config.settings import Settings
 from service.client import ServiceClient
-from service.lease import Lease
+from service.store.lease import Lease
 from service.records import JobRow
 from service.store import JobStore, StoreError
 

@@ -15,8 +15,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from allocator.types import JobSpec
-from service.jobspec import entry_from_spec, validate_entry
-from service.priors import with_profile
+from service.jobs.jobspec import entry_from_spec, validate_entry
+from service.jobs.priors import with_profile
 from service.records import JobRow, JobState, Submission, Submitted
 from service.store import JobStore, not_owner, submitter_identity
 

@@ -14,9 +14,9 @@ from collections.abc import Callable, Sequence
 
 from allocator.loop.sources import Arrivals
 from allocator.types import JobSpec
-from service.entrypoints import entry_module, not_allowed, not_importable
-from service.jobspec import spec_for_loop
-from service.listen import Listener
+from service.jobs.entrypoints import entry_module, not_allowed, not_importable
+from service.jobs.jobspec import spec_for_loop
+from service.store.listen import Listener
 from service.records import JobRow, JobState
 from service.store import JobStore
 

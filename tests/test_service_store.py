@@ -12,7 +12,7 @@ from sqlalchemy import update
 
 from service import schema
 from service.client import ServiceClient
-from service.lease import Lease, LeaseHeldError
+from service.store.lease import Lease, LeaseHeldError
 from service.records import AllocationRow, JobState, Submission
 from service.store import NOTIFY_CHANNEL, IdempotencyConflict, JobStore, StoreError, StoreVersionError, UnknownJobError
 from tests.service_helpers import drop_postgres, job_entry, postgres_url
@@ -208,7 +208,7 @@ def test_submit_many_returns_earlier_jobs_for_known_keys(store_url):
 
 def test_a_job_seed_survives_the_store(store_url):
     """What a submitter sets per job (HPO: one per trial and stage) is what the service schedules."""
-    from service.jobspec import spec_for_loop
+    from service.jobs.jobspec import spec_for_loop
 
     client = ServiceClient(store_url)
     seeded = client.submit(job_entry("s", seed=17)).job_id

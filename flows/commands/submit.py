@@ -33,7 +33,7 @@ def _profile_for(workload: str, profile: Path | None, settings) -> tuple[object,
             fail(f"--profile={str(profile)!r}: cannot read a profile JSON ({type(exc).__name__})")
         except ValueError as exc:
             fail(str(exc))
-    from service.priors import cached_profile, prior_profile
+    from service.jobs.priors import cached_profile, prior_profile
 
     found = cached_profile(settings.profile_cache_dir, workload)
     if found is not None:
@@ -42,8 +42,8 @@ def _profile_for(workload: str, profile: Path | None, settings) -> tuple[object,
 
 
 def _check_entrypoint(entrypoint: str, settings, check_import: bool) -> None:
-    from service.entrypoints import not_allowed, not_importable, parse_patterns
-    from service.jobspec import check_workload
+    from service.jobs.entrypoints import not_allowed, not_importable, parse_patterns
+    from service.jobs.jobspec import check_workload
 
     try:
         check_workload(entrypoint)
@@ -60,7 +60,7 @@ def _check_entrypoint(entrypoint: str, settings, check_import: bool) -> None:
 
 def _work(samples: int | None, epochs: float | None, dataset_samples: int | None) -> int:
     """The job's samples from --samples or --epochs x --dataset-samples, within what a job may hold."""
-    from service.jobspec import MAX_SAMPLES
+    from service.jobs.jobspec import MAX_SAMPLES
 
     if (samples is None) == (epochs is None):
         fail("give --samples or --epochs (with --dataset-samples)")
@@ -83,7 +83,7 @@ def _work(samples: int | None, epochs: float | None, dataset_samples: int | None
 def _submit_file(file: Path, key: str | None, settings) -> None:
     from flows.config.jobfile import load_jobs_file
     from service.client import ServiceClient
-    from service.jobspec import check_samples
+    from service.jobs.jobspec import check_samples
     from service.store import IdempotencyConflict, StorePermissionError
 
     try:
@@ -92,7 +92,7 @@ def _submit_file(file: Path, key: str | None, settings) -> None:
             check_samples(spec)
     except ValueError as exc:
         fail(f"{file}: {exc}" if str(file) not in str(exc) else str(exc))
-    from service.entrypoints import not_allowed, parse_patterns
+    from service.jobs.entrypoints import not_allowed, parse_patterns
 
     for spec in specs:
         why = not_allowed(spec.workload, parse_patterns(settings.allowed_entrypoints))
@@ -145,7 +145,7 @@ def submit(
     total = _work(samples, epochs, dataset_samples)
     from allocator.profiles.io import profile_to_dict
     from service.client import ServiceClient
-    from service.jobspec import validate_entry
+    from service.jobs.jobspec import validate_entry
     from service.store import IdempotencyConflict, StorePermissionError
 
     found, note = _profile_for(entrypoint, profile, settings)

@@ -19,7 +19,7 @@ from allocator.metrics import summarise
 from allocator.types import JobSpec, RescaleEvent, RescaleKind
 from flows.recording.record import RecordedRun, finish_parent, outcomes
 from flows.recording.tracking import MetricPoint, Tracker
-from service.jobspec import spec_for_loop
+from service.jobs.jobspec import spec_for_loop
 from service.records import AllocationRow, JobRow, JobState
 
 

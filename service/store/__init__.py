@@ -1,7 +1,7 @@
 """The durable job store: any SQLAlchemy URL (a sqlite file by default, PostgreSQL for a team).
 
 Clients write submissions and cancel requests; the one service holding the lease
-(``service.lease``) reads them and writes states, allocations and progress back. Every write
+(``service.store.lease``) reads them and writes states, allocations and progress back. Every write
 is its own short transaction, so submitters and the service never wait on each other for
 long; idempotency and "exactly once" rest on the database's unique constraints.
 """
@@ -24,7 +24,7 @@ from service.records import AllocationRow, JobRow, JobState, Submission, Submitt
 
 
 # Errors and ownership live beside the store; imported here, where callers have always found them.
-from service.store_errors import (  # noqa: E402, F401
+from service.store.errors import (  # noqa: E402, F401
     MAX_STORED_INT,
     NOTIFY_CHANNEL,
     IdempotencyConflict,
@@ -40,7 +40,7 @@ from service.store_errors import (  # noqa: E402, F401
 )
 
 
-from service.engine import in_memory, make_engine  # noqa: E402, F401  (callers import them from here)
+from service.store.engine import in_memory, make_engine  # noqa: E402, F401  (callers import them from here)
 
 
 def redact(url: str) -> str:
