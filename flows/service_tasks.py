@@ -129,9 +129,7 @@ class EmbeddedSession:
         self.service, self.key_prefix = service, key_prefix
 
     def submit(self, spec: JobSpec, mlflow_parent_run_id: str | None = None) -> str:
-        job_id = self.service.jobs.submit_spec(spec, idempotency_key=f"{self.key_prefix}:{spec.id}", mlflow_parent_run_id=mlflow_parent_run_id).job_id
-        self.service.names[job_id] = spec.id
-        return job_id
+        return self.service.jobs.submit_spec(spec, idempotency_key=f"{self.key_prefix}:{spec.id}", mlflow_parent_run_id=mlflow_parent_run_id).job_id
 
     def wait(self, job_ids: Sequence[str], timeout_s: float | None = None) -> list[JobRow]:
         return self.service.wait(job_ids, timeout_s=timeout_s)

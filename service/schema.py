@@ -10,7 +10,11 @@ from __future__ import annotations
 
 from sqlalchemy import Boolean, Column, Float, Index, Integer, MetaData, String, Table, Text
 
-SCHEMA_VERSION = 3
+# 4: the `spec` column holds the job's own record (allocator.specs.spec_to_dict) instead of a
+# jobs-file entry. No column changed: rows written before are upgraded as they are read
+# (service.jobs.jobspec.stored_record); the version tells an older malleable, which could not
+# read the new rows, to refuse the store rather than fail its jobs.
+SCHEMA_VERSION = 4
 
 metadata = MetaData()
 

@@ -143,25 +143,24 @@ def submit(
         fail(f"--name={name[:40]!r}: must be 1 to {MAX_NAME_CHARS} characters (it has {len(name)})")
     _check_entrypoint(entrypoint, settings, import_check)
     total = _work(samples, epochs, dataset_samples)
-    from allocator.profiles.io import profile_to_dict
+    from allocator.types import JobSpec
     from service.client import ServiceClient
-    from service.jobs.jobspec import validate_entry
+    from service.jobs.jobspec import check_submission
     from service.store import IdempotencyConflict, StorePermissionError
 
     found, note = _profile_for(entrypoint, profile, settings)
-    entry: dict = {
-        "id": entrypoint.rsplit(":", 1)[-1], "workload": entrypoint, "profile": profile_to_dict(found), "samples": total,
-        "min_batch": min_batch, "max_batch": max_batch, "min_gpus": min_gpus, "max_gpus": max_gpus,
-    }  # fmt: skip
-    try:
-        validate_entry(entry)
+    try:  # parsed here, once: the client stores this JobSpec as it is
+        spec = check_submission(JobSpec(
+            id=entrypoint.rsplit(":", 1)[-1], workload=entrypoint, profile=found, total_samples=total,
+            min_batch=min_batch, max_batch=max_batch, min_gpus=min_gpus, max_gpus=max_gpus,
+        ))  # fmt: skip
     except ValueError as exc:
-        fail(str(exc).replace("(jobs[0])", "").strip())
+        fail(str(exc))
     store = store_or_fail(settings)  # only now: a rejected job leaves no store behind
     try:
-        submitted = ServiceClient(store).submit(entry, name=name, idempotency_key=key)
+        submitted = ServiceClient(store).submit_spec(spec, name=name, idempotency_key=key)
     except (ValueError, IdempotencyConflict, StorePermissionError) as exc:
-        fail(str(exc).replace("(jobs[0])", "").strip())
+        fail(str(exc))
     if note is not None and submitted.created:
         # stderr: stdout is the job id alone (`id=$(malleable submit ...)`).
         err_console.print(note, highlight=False, markup=False)

@@ -1,13 +1,17 @@
-"""Submissions are jobs-file entries: validated by the jobs file's rules, stored as JSON."""
+"""A submitted job: the checks a submission passes, and the store's record of it read in any format it was written in.
+
+A job is parsed once, where it enters (the CLI's flags, a jobs file, the client's entry
+mapping), into a ``JobSpec``; from there on it travels whole. The store keeps that JobSpec as
+``allocator.specs.spec_to_dict`` writes it. Rows written before (the format of a jobs-file entry:
+``samples``, ``gpus``, ``deadline_s``, …) are upgraded when read, so a store never needs rewriting.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import re
 
-from allocator.physics.noise import noise_to_value
-from allocator.profiles.io import profile_to_dict
-from allocator.specs import job_from_dict
+from allocator.specs import job_from_dict, spec_to_dict
 from allocator.types import JobSpec
 
 _ENTRY = re.compile(r"^[A-Za-z_][\w.]*(:[A-Za-z_]\w*)?$")
@@ -27,42 +31,37 @@ def check_samples(spec: JobSpec) -> None:
         raise ValueError(f"job {spec.id!r}.samples={spec.total_samples}: must be in [1, {MAX_SAMPLES:.0e}] (a sane maximum; the store holds integers up to 2^63-1)")
 
 
-def entry_from_spec(spec: JobSpec) -> dict:
-    """A JobSpec as a jobs-file entry with its profile inline (what the store keeps)."""
-    entry: dict = {
-        "id": spec.id,
-        "workload": spec.workload,
-        "profile": profile_to_dict(spec.profile),
-        "samples": spec.total_samples,
-        "min_batch": spec.min_batch,
-        "max_batch": spec.max_batch,
-        "max_gpus": spec.max_gpus,
-        "min_gpus": spec.min_gpus,
-        "gpus": spec.requested_gpus,
-        "elastic": spec.elastic,
-        "priority": spec.priority,
-    }
-    if spec.fixed_batch is not None:
-        entry["fixed_batch"] = spec.fixed_batch
-    if spec.deadline is not None:
-        entry["deadline_s"] = spec.deadline
-    if spec.seed is not None:
-        entry["seed"] = spec.seed
-    if spec.noise_scale is not None and spec.noise_scale != spec.profile.noise_scale:
-        entry["noise_scale"] = noise_to_value(spec.noise_scale)
-    if spec.base_batch is not None:
-        entry["base_batch"] = spec.base_batch
-    return entry
-
-
-def validate_entry(entry: dict) -> JobSpec:
-    """The jobs file's rules, plus a workload that can name a recipe; ValueError naming the field."""
-    check_workload(entry.get("workload"), f"job {entry.get('id')!r}.workload")
-    spec = job_from_dict(entry, 0, {})
+def check_submission(spec: JobSpec) -> JobSpec:
+    """What a JobSpec must be beyond its own rules to be submitted: a workload that can name a
+    recipe, work the store can hold. ``spec`` itself, or ValueError naming the field."""
+    check_workload(spec.workload, f"job {spec.id!r}.workload")
     check_samples(spec)
     return spec
 
 
-def spec_for_loop(entry: dict, job_id: str, arrival: float) -> JobSpec:
-    """The stored entry as the loop's JobSpec: the store's id (unique across submitters), arriving now."""
-    return dataclasses.replace(job_from_dict(entry, 0, {}), id=job_id, arrival_time=arrival)
+def spec_from_entry(entry: object) -> JobSpec:
+    """A jobs-file entry (the Python client's input, its profile inline) parsed into the JobSpec
+    that is submitted; ValueError naming the field."""
+    if isinstance(entry, dict):  # the workload first: its message is the clearer one
+        check_workload(entry.get("workload"), f"job {entry.get('id')!r}.workload")
+    return check_submission(job_from_dict(entry, 0, {}))
+
+
+def stored_record(data: object, job_id: str) -> object:
+    """A row's stored job as ``spec_to_dict`` data under the row's id: a row written in the earlier
+    jobs-file-entry format (it says ``samples``, not ``total_samples``) is upgraded here. What
+    cannot be read is returned as it is: the feed fails that job, naming the field."""
+    if not isinstance(data, dict):
+        return data
+    if "total_samples" not in data:
+        try:
+            data = spec_to_dict(job_from_dict(data, 0, {}))
+        except ValueError:
+            return data
+    return {**data, "id": job_id}
+
+
+def record_for_store(spec: JobSpec, job_id: str) -> dict:
+    """What the store writes for ``spec`` submitted as ``job_id``: its serialisation under the
+    store's id, arriving when the service sees it (its arrival on the loop's clock is set then)."""
+    return spec_to_dict(dataclasses.replace(spec, id=job_id, arrival_time=0.0))
