@@ -33,7 +33,7 @@ jobs = Table(
     Column("name", String(255), nullable=False),
     Column("submitter", String(255), nullable=False),
     Column("idempotency_key", String(255), unique=True),
-    Column("spec", Text, nullable=False),  # the job as a jobs-file entry (JSON), profile inline
+    Column("spec", Text, nullable=False),  # the job as allocator.specs.spec_to_dict writes it (JSON), profile inline
     Column("state", String(16), nullable=False, index=True),
     Column("cancel_requested", Boolean, nullable=False, default=False),
     Column("cancel_seen", Boolean, nullable=False, default=False),
