@@ -13,6 +13,12 @@ A job entry::
     #           noise_scale (any form of ``allocator.physics.noise``), base_batch (B0)
 
 File reading and path resolution live in ``flows.config.jobfile``; this module only validates.
+
+A jobs-file entry is what a *person* writes (``samples`` or ``epochs``, a named profile, ``_s``
+suffixes). Once parsed, a job travels as one record, the ``JobSpec``; where it has to cross a
+process or a database it is written as ``spec_to_dict`` — one key per JobSpec field, under the
+field's own name, the profile inline — and read back with ``spec_from_dict``, which gives the
+same JobSpec field for field.
 """
 
 from __future__ import annotations
@@ -20,8 +26,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from allocator.physics.noise import noise_from_value
-from allocator.profiles.io import profile_from_dict
+from allocator.physics.noise import noise_from_value, noise_to_value
+from allocator.profiles.io import profile_from_dict, profile_to_dict
 from allocator.strict import check_fields
 from allocator.types import JobSpec, ThroughputProfile
 
@@ -140,3 +146,44 @@ def jobs_file_from_dict(data: object, profiles: Mapping[str, ThroughputProfile])
     if policy is not None and not isinstance(policy, str):
         raise ValueError(f"jobs file.policy={policy!r}: must be a policy name")
     return JobsFile(jobs=jobs, gpus=gpus, policy=policy)
+
+
+# -- the record's own serialisation --------------------------------------------------------
+
+# Every JobSpec field, under its own name (and nothing else).
+SPEC_FIELDS = (
+    "id", "workload", "total_samples", "min_batch", "max_batch", "max_gpus", "profile", "elastic", "arrival_time",
+    "min_gpus", "requested_gpus", "fixed_batch", "priority", "deadline", "seed", "noise_scale", "base_batch",
+)  # fmt: skip
+_SPEC_REQUIRED = ("id", "workload", "total_samples", "min_batch", "max_batch", "max_gpus", "profile")
+
+
+def spec_to_dict(spec: JobSpec) -> dict[str, object]:
+    """``spec`` as plain JSON-able data: one key per field under the field's name, the profile inline.
+
+    Fields left at ``None`` are left out (their default), as is a noise scale that is the
+    profile's own (JobSpec takes the profile's when given none): the same JobSpec comes back."""
+    out: dict[str, object] = {name: getattr(spec, name) for name in SPEC_FIELDS if getattr(spec, name) is not None}
+    out["profile"] = profile_to_dict(spec.profile)
+    if spec.noise_scale is None or spec.noise_scale == spec.profile.noise_scale:
+        out.pop("noise_scale", None)
+    else:
+        out["noise_scale"] = noise_to_value(spec.noise_scale)
+    return out
+
+
+def spec_from_dict(data: object, where: str = "job") -> JobSpec:
+    """The JobSpec ``spec_to_dict`` wrote; ValueError naming ``where`` and the field otherwise."""
+    if not isinstance(data, Mapping):
+        raise ValueError(f"{where}: expected a mapping, got {type(data).__name__}")
+    name = data.get("id")
+    label = f"job {name!r}" if isinstance(name, str) and name else where
+    check_fields(data, SPEC_FIELDS, label, _SPEC_REQUIRED)
+    fields = dict(data)
+    fields["profile"] = profile_from_dict(data["profile"], f"{label}.profile")
+    if data.get("noise_scale") is not None:
+        fields["noise_scale"] = noise_from_value(data["noise_scale"], f"{label}.noise_scale")
+    try:
+        return JobSpec(**fields)
+    except TypeError as exc:
+        raise ValueError(f"{label}: {exc}") from None

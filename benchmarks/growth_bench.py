@@ -58,7 +58,7 @@ def run_growth(
     from allocator.types import JobSpec
     from deploy.clusters import connect
     from service.embedded import EmbeddedService
-    from service.priors import prior_profile
+    from service.jobs.priors import prior_profile
     from service.runner import ServiceConfig
 
     entry = f"elastic_tasks.examples:{model}"

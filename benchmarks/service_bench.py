@@ -57,7 +57,7 @@ from allocator.profiles.io import profile_from_dict  # noqa: E402
 from allocator.types import ClusterSnapshot  # noqa: E402
 from service.client import ServiceClient  # noqa: E402
 from service.feed import StoreFeed  # noqa: E402
-from service.jobspec import validate_entry  # noqa: E402
+from service.jobs.jobspec import spec_from_entry  # noqa: E402
 from service.records import JobState  # noqa: E402
 from service.store import JobStore  # noqa: E402
 
@@ -147,8 +147,7 @@ def fill_queue(store: JobStore, n: int) -> None:
     """``n`` queued jobs, written in one transaction per 1000 (the figures are about reading them)."""
     from service.records import Submission
 
-    e = entry("q", 100_000, max_gpus=8, max_batch=512)
-    validate_entry(e)
+    e = spec_from_entry(entry("q", 100_000, max_gpus=8, max_batch=512))
     for lo in range(0, n, 1000):
         store.submit_many([Submission(f"q{i}", e, "bench") for i in range(lo, min(n, lo + 1000))])
 
@@ -351,7 +350,7 @@ def main() -> None:
     parser.add_argument("--latency-jobs", type=int, default=8)
     parser.add_argument("--submissions", type=int, default=2000)
     args = parser.parse_args()
-    validate_entry(entry("check", 1000))
+    spec_from_entry(entry("check", 1000))
     profile_from_dict(PROFILE)
     out: dict[str, float | int | None] = {}
     with tempfile.TemporaryDirectory() as tmp:

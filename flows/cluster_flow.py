@@ -25,7 +25,7 @@ from allocator.admission import OverflowMode
 from allocator.loop import LoopResult, LoopSettings, StepReport
 from allocator.policies import make_policy
 from allocator.specs import JobsFile
-from allocator.types import Allocation, JobSpec
+from allocator.types import JobSpec
 from deploy.clusters import connect
 from elastic_tasks.cluster import warm_up
 from elastic_tasks.coordinator.job import JobCoordinator
@@ -132,23 +132,16 @@ def drive(
     holder: list[EmbeddedService] = []
 
     def observe(report: StepReport) -> None:
-        names = holder[0].names if holder else {}
-        observer(
-            dataclasses.replace(
-                report,
-                events=tuple(dataclasses.replace(e, job_id=names.get(e.job_id, e.job_id)) for e in report.events),
-                allocation=Allocation(tuple((names.get(j, j), share) for j, share in report.allocation.shares)),
-                admitted=tuple(names.get(j, j) for j in report.admitted),
-                dropped=tuple(names.get(j, j) for j in report.dropped),
-            )
-        )
+        observer(report)
         executor = holder[0].service.executor if holder else None
         if sample is not None and executor is not None:
             try:
-                sample([(holder[0].names.get(j, j), job) for j, job in list(executor.jobs.items())])
+                sample(list(executor.jobs.items()))
             except Exception as exc:  # live metrics are a view; the run goes on without them
                 print(f"live metrics skipped: {type(exc).__name__}: {exc}")
 
+    # The run's store is its own: the jobs keep the file's ids there, so the loop's result, its
+    # reports and the executor's results name jobs as the file does (nothing to map back).
     with EmbeddedService(config, client, observer=observe) as service, on_interrupt(service.abort):
         holder.append(service)
         ids = service.submit_at_arrivals(jobs, key_prefix=Path(store_url).name)
@@ -156,26 +149,7 @@ def drive(
     executor = service.service.executor
     if executor is not None:
         forget_jobs(executor.jobs.values())
-    names = service.names
-    results = {names[j]: r for j, r in service.job_results().items() if j in names}
-    return named(service.result, names), results, service.service.started_ms
-
-
-def named(result: LoopResult, names: Mapping[str, str]) -> LoopResult:
-    """The loop's result with the store's job ids replaced by the jobs file's."""
-    return dataclasses.replace(
-        result,
-        schedule=tuple(dataclasses.replace(r, job_id=names.get(r.job_id, r.job_id)) for r in result.schedule),
-        events=tuple(dataclasses.replace(e, job_id=names.get(e.job_id, e.job_id)) for e in result.events),
-        jobs=tuple(dataclasses.replace(r, job_id=names.get(r.job_id, r.job_id), failed=_renamed(r.failed, names)) for r in result.jobs),
-    )
-
-
-def _renamed(text: str | None, names: Mapping[str, str]) -> str | None:
-    for store_id, name in names.items():
-        if text is not None and store_id in text:
-            text = text.replace(store_id, name)
-    return text
+    return service.result, service.job_results(), service.service.started_ms
 
 
 def forget_jobs(coordinators: Iterable[JobCoordinator]) -> None:

@@ -14,7 +14,7 @@ import time
 
 def main() -> int:
     from flows.config.settings import SettingsError, load_settings
-    from service.lease import Lease
+    from service.store.lease import Lease
     from service.store import JobStore, StoreError
 
     try:

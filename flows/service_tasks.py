@@ -18,7 +18,7 @@ from prefect.cache_policies import NO_CACHE
 from allocator.types import JobSpec
 from flows.config.settings import Settings
 from service.client import ServiceClient
-from service.lease import Lease
+from service.store.lease import Lease
 from service.records import JobRow
 from service.store import JobStore, StoreError
 
@@ -129,9 +129,7 @@ class EmbeddedSession:
         self.service, self.key_prefix = service, key_prefix
 
     def submit(self, spec: JobSpec, mlflow_parent_run_id: str | None = None) -> str:
-        job_id = self.service.jobs.submit_spec(spec, idempotency_key=f"{self.key_prefix}:{spec.id}", mlflow_parent_run_id=mlflow_parent_run_id).job_id
-        self.service.names[job_id] = spec.id
-        return job_id
+        return self.service.jobs.submit_spec(spec, idempotency_key=f"{self.key_prefix}:{spec.id}", mlflow_parent_run_id=mlflow_parent_run_id).job_id
 
     def wait(self, job_ids: Sequence[str], timeout_s: float | None = None) -> list[JobRow]:
         return self.service.wait(job_ids, timeout_s=timeout_s)

@@ -11,12 +11,12 @@ import getpass
 import logging
 import socket
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from allocator.types import JobSpec
-from service.jobspec import entry_from_spec, validate_entry
-from service.priors import with_profile
+from service.jobs.jobspec import spec_from_entry
+from service.jobs.priors import with_profile
 from service.records import JobRow, JobState, Submission, Submitted
 from service.store import JobStore, not_owner, submitter_identity
 
@@ -47,22 +47,23 @@ class ServiceClient:
     def submit(self, entry: dict, *, name: str | None = None, idempotency_key: str | None = None) -> Submitted:
         """One job as a jobs-file entry (its profile inline, else cached or a prior); ValueError naming the field if invalid."""
         entry, note = with_profile(entry, self.profile_cache_dir)
-        spec = validate_entry(entry)
+        spec = spec_from_entry(entry)
         if note is not None:
             log.warning(note)
-        return self.store.submit(Submission(name or spec.id, entry, self.submitter, idempotency_key))
+        return self.submit_spec(spec, name=name, idempotency_key=idempotency_key)
 
-    def submit_specs(self, specs: Sequence[JobSpec], *, key_prefix: str | None = None) -> list[Submitted]:
-        """Validated JobSpecs (e.g. a jobs file's); ``key_prefix`` + job id makes each idempotent."""
+    def submit_specs(self, specs: Sequence[JobSpec], *, key_prefix: str | None = None, keep_ids: bool = False) -> list[Submitted]:
+        """JobSpecs (e.g. a jobs file's); ``key_prefix`` + job id makes each idempotent. ``keep_ids``:
+        stored under their own ids (a store private to one run; see ``Submission.keep_id``)."""
         subs = [
-            Submission(s.id, entry_from_spec(s), self.submitter, None if key_prefix is None else f"{key_prefix}:{s.id}")
+            Submission(s.id, s, self.submitter, None if key_prefix is None else f"{key_prefix}:{s.id}", keep_id=keep_ids)
             for s in specs
         ]
         return self.store.submit_many(subs)
 
     def submit_spec(self, spec: JobSpec, *, name: str | None = None, idempotency_key: str | None = None, mlflow_parent_run_id: str | None = None) -> Submitted:
-        """One validated JobSpec; ``mlflow_parent_run_id`` nests the job's MLflow run under that run."""
-        return self.store.submit(Submission(name or spec.id, entry_from_spec(spec), self.submitter, idempotency_key, mlflow_parent_run_id))
+        """One JobSpec, parsed and checked where it entered; ``mlflow_parent_run_id`` nests the job's MLflow run under that run."""
+        return self.store.submit(Submission(name or spec.id, spec, self.submitter, idempotency_key, mlflow_parent_run_id))
 
     def job(self, job_id: str) -> JobRow:
         return self.store.job(job_id)
@@ -82,14 +83,23 @@ class ServiceClient:
 
     def wait(self, job_ids: Sequence[str], timeout_s: float | None = None, poll_s: float = 0.5) -> list[JobRow]:
         """Block until every job is finished, failed, cancelled or dropped; TimeoutError after ``timeout_s``."""
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         for job_id in job_ids:
             self.store.job(job_id)  # UnknownJobError now, not after waiting
-        while True:
-            rows = self.store.jobs(ids=job_ids)
-            if all(r.state.terminal for r in rows):
-                return rows
-            if deadline is not None and time.monotonic() > deadline:
-                left = [r.id for r in rows if not r.state.terminal]
-                raise TimeoutError(f"jobs {', '.join(left)} not done within {timeout_s:g} s")
-            time.sleep(poll_s)
+        return wait_until_done(lambda: self.store.jobs(ids=job_ids), timeout_s, poll_s)
+
+
+def wait_until_done(read: Callable[[], list[JobRow]], timeout_s: float | None, poll_s: float, tick: Callable[[], None] | None = None) -> list[JobRow]:
+    """Poll ``read`` every ``poll_s`` until every row it returns is terminal (the rows then);
+    TimeoutError naming the rest after ``timeout_s``. ``tick`` runs before each read (what a
+    caller must do meanwhile; an exception from it ends the wait)."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while True:
+        if tick is not None:
+            tick()
+        rows = read()
+        if all(r.state.terminal for r in rows):
+            return rows
+        if deadline is not None and time.monotonic() > deadline:
+            left = [r.id for r in rows if not r.state.terminal]
+            raise TimeoutError(f"jobs {', '.join(left)} not done within {timeout_s:g} s")
+        time.sleep(poll_s)

@@ -14,7 +14,7 @@ from distributed import Client
 from allocator.loop import LoopResult, StepReport
 from allocator.types import JobSpec
 from elastic_tasks.coordinator.outcomes import JobResult
-from service.client import ServiceClient
+from service.client import ServiceClient, wait_until_done
 from service.records import JobRow
 from service.runner import Service, ServiceConfig
 
@@ -31,7 +31,6 @@ class EmbeddedService:
         # attributes prints, logs and artifacts to its run only from its own thread.
         self._reports: queue.SimpleQueue[StepReport] = queue.SimpleQueue()
         self.jobs = ServiceClient(self.service.store, submitter="embedded")
-        self.names: dict[str, str] = {}  # store id -> the name the job was submitted under
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
 
@@ -71,31 +70,25 @@ class EmbeddedService:
         self.client.shutdown()
 
     def submit_at_arrivals(self, specs: Sequence[JobSpec], key_prefix: str) -> dict[str, str]:
-        """Submit each job at its ``arrival_time`` (seconds from now); job name -> store id."""
+        """Submit each job at its ``arrival_time`` (seconds from now), under its own id (this store is
+        the run's alone, and a jobs file's ids are unique): the loop's results name the jobs as
+        the file does. Job id -> store id (the same)."""
         t0 = time.monotonic()
         ids: dict[str, str] = {}
         for spec in sorted(specs, key=lambda s: (s.arrival_time, s.id)):
             while (delay := t0 + spec.arrival_time - time.monotonic()) > 0:
-                self._check()
-                self._pump()
+                self._tick()
                 time.sleep(min(delay, 0.1))
-            ids[spec.id] = self.jobs.submit_specs([spec], key_prefix=key_prefix)[0].job_id
-            self.names[ids[spec.id]] = spec.id
+            ids[spec.id] = self.jobs.submit_specs([spec], key_prefix=key_prefix, keep_ids=True)[0].job_id
         return ids
 
     def wait(self, job_ids: Sequence[str], poll_s: float = 0.2, timeout_s: float | None = None) -> list[JobRow]:
         """Until every job is terminal; TimeoutError naming the rest after ``timeout_s``."""
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while True:
-            self._check()
-            self._pump()
-            rows = self.jobs.jobs(ids=job_ids)
-            if all(r.state.terminal for r in rows):
-                return rows
-            if deadline is not None and time.monotonic() > deadline:
-                left = [r.id for r in rows if not r.state.terminal]
-                raise TimeoutError(f"jobs {', '.join(left)} not done within {timeout_s:g} s")
-            time.sleep(poll_s)
+        return wait_until_done(lambda: self.jobs.jobs(ids=job_ids), timeout_s, poll_s, tick=self._tick)
+
+    def _tick(self) -> None:
+        self._check()
+        self._pump()
 
     def _pump(self) -> None:
         while True:

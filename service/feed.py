@@ -9,14 +9,14 @@ heard looks at once rather than at the next interval.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Sequence
 
 from allocator.loop.sources import Arrivals
 from allocator.types import JobSpec
-from service.entrypoints import entry_module, not_allowed, not_importable
-from service.jobspec import spec_for_loop
-from service.listen import Listener
+from service.jobs.entrypoints import entry_module, not_allowed, not_importable
+from service.store.listen import Listener
 from service.records import JobRow, JobState
 from service.store import JobStore
 
@@ -84,13 +84,13 @@ class StoreFeed:
             self._last_seq = max(self._last_seq, row.seq)
             if row.id in self.ids:
                 continue
-            why = self._why_refused(str(row.spec.get("workload", "")))
+            why = self._why_refused(str(row.spec.get("workload", "")) if isinstance(row.spec, dict) else "")
             if why is not None:
                 # Before admission: the service never imports what it may not run.
                 self.store.set_state(row.id, JobState.FAILED, only_from=(JobState.QUEUED, JobState.SUSPENDED), error=f"entry point refused: {why}")
                 continue
             try:
-                jobs.append(spec_for_loop(row.spec, row.id, now))
+                jobs.append(dataclasses.replace(row.job_spec(), arrival_time=now))  # it arrives on the loop's clock now
             except ValueError as exc:  # a store edited by hand, or by another version's rules
                 self.store.set_state(row.id, JobState.FAILED, error=f"invalid job spec: {exc}")
                 continue

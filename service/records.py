@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from allocator.specs import spec_from_dict
+
 from allocator.loop.lifecycle import JobState  # the one job-state vocabulary (loop, store, CLI)
+from allocator.types import JobSpec
 
 
 # A service takes these up when it starts (a crash leaves jobs "running" in the store).
@@ -13,15 +16,18 @@ RESUMABLE = (JobState.QUEUED, JobState.RUNNING, JobState.SUSPENDED)
 
 @dataclass(frozen=True, slots=True)
 class Submission:
-    """One job to submit: ``entry`` is a jobs-file job mapping (docs/jobs-file.md) with its profile
-    inline, already validated. ``idempotency_key``: a retried submission with the same key
-    returns the first job instead of creating a second."""
+    """One job to submit, already parsed and checked (``service.jobs.jobspec.check_submission``).
+    ``idempotency_key``: a retried submission with the same key returns the first job instead of
+    creating a second. ``keep_id``: the store keeps the job under ``spec.id`` rather than a new id
+    (a store private to one run, whose jobs file made the ids unique: the run's results then name
+    jobs as its file does, with nothing to map back)."""
 
     name: str
-    entry: dict
+    spec: JobSpec
     submitter: str
     idempotency_key: str | None = None
     mlflow_parent_run_id: str | None = None  # the service nests the job's MLflow run under this one
+    keep_id: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +43,7 @@ class JobRow:
     name: str
     submitter: str
     state: JobState
-    spec: dict
+    spec: dict  # the job as allocator.specs.spec_to_dict wrote it, under this row's id (older rows upgraded on read)
     submitted_at: float
     started_at: float | None
     finished_at: float | None
@@ -59,6 +65,11 @@ class JobRow:
     eval_loss: float | None = None
     mlflow_parent_run_id: str | None = None
     wall_split: dict | None = None  # where a finished job's wall time went: seconds per named part (WallSplit as JSON)
+
+    def job_spec(self) -> JobSpec:
+        """The stored job, whole, as the loop takes it; ValueError naming the field for a row that
+        was edited by hand (or by a version whose rules differ)."""
+        return spec_from_dict(self.spec, f"job {self.id!r}")
 
     @property
     def progress(self) -> float:

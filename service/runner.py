@@ -26,7 +26,7 @@ from elastic_tasks.workloads import resolve_workload
 from elastic_tasks.executor import DaskExecutor, JobSettings, WallClock
 from service.feed import StoreFeed
 from service.fence import fence
-from service.lease import Lease, Taken
+from service.store.lease import Lease, Taken
 from service.records import RESUMABLE, JobState
 from service.recorder import StoreRecorder
 from service.store import JobStore, redact

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 from sqlalchemy import Boolean, Column, Float, Index, Integer, MetaData, String, Table, Text
 
-SCHEMA_VERSION = 3
+# 4: the `spec` column holds the job's own record (allocator.specs.spec_to_dict) instead of a
+# jobs-file entry. No column changed: rows written before are upgraded as they are read
+# (service.jobs.jobspec.stored_record); the version tells an older malleable, which could not
+# read the new rows, to refuse the store rather than fail its jobs.
+SCHEMA_VERSION = 4
 
 metadata = MetaData()
 
@@ -29,7 +33,7 @@ jobs = Table(
     Column("name", String(255), nullable=False),
     Column("submitter", String(255), nullable=False),
     Column("idempotency_key", String(255), unique=True),
-    Column("spec", Text, nullable=False),  # the job as a jobs-file entry (JSON), profile inline
+    Column("spec", Text, nullable=False),  # the job as allocator.specs.spec_to_dict writes it (JSON), profile inline
     Column("state", String(16), nullable=False, index=True),
     Column("cancel_requested", Boolean, nullable=False, default=False),
     Column("cancel_seen", Boolean, nullable=False, default=False),

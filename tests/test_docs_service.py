@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from allocator.profiles.io import profile_from_dict
 from service.client import ServiceClient
-from service.priors import cached_profile
+from service.jobs.priors import cached_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 ENTRY = {"id": "exp-7", "workload": "elastic_tasks.examples:mlp_tiny", "samples": 8_192, "min_batch": 32, "max_batch": 256, "max_gpus": 2}

@@ -130,7 +130,7 @@ def test_retrain_on_a_cluster_profiles_on_its_worker_once(prefect_harness, tmp_p
     # ... and kept in the state directory's profile cache, where a job submitted next (CLI or
     # Python client, without a profile) finds it instead of a neutral prior.
     from service.client import ServiceClient
-    from service.priors import cached_profile
+    from service.jobs.priors import cached_profile
 
     cached = cached_profile(tmp_path / "state" / "profiles", "elastic_tasks.examples:mlp_tiny")
     assert cached is not None and cached.hardware in {r.data.params["hardware"] for r in runs}

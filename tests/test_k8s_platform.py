@@ -254,7 +254,7 @@ def test_the_service_pods_probe_follows_the_store_lease(tmp_path, monkeypatch, c
     """service.yaml's liveness probe (`python -m flows.lease_probe`): alive while a service on this
     host holds and renews the job store's lease, not once it let go or stopped renewing."""
     from flows.lease_probe import main
-    from service.lease import Lease
+    from service.store.lease import Lease
     from service.store import JobStore
 
     url = f"sqlite:///{tmp_path / 'jobs.db'}"

@@ -12,7 +12,8 @@ from sqlalchemy import update
 
 from service import schema
 from service.client import ServiceClient
-from service.lease import Lease, LeaseHeldError
+from service.store.lease import Lease, LeaseHeldError
+from service.jobs.jobspec import spec_from_entry
 from service.records import AllocationRow, JobState, Submission
 from service.store import NOTIFY_CHANNEL, IdempotencyConflict, JobStore, StoreError, StoreVersionError, UnknownJobError
 from tests.service_helpers import drop_postgres, job_entry, postgres_url
@@ -43,7 +44,7 @@ def test_submissions_keep_their_order_fields_and_idempotency(store_url):
     assert [r.id for r in rows] == [first.job_id, other.job_id]
     assert [r.name for r in rows] == ["a", "b"] and [r.total_samples for r in rows] == [500, 700]
     assert all(r.state is JobState.QUEUED and r.submitter == as_recorded(store_url, "alice@host") for r in rows)
-    assert rows[0].spec["samples"] == 500 and rows[0].spec["workload"] == "elastic_tasks.examples:mlp_tiny"
+    assert rows[0].spec["total_samples"] == 500 and rows[0].spec["workload"] == "elastic_tasks.examples:mlp_tiny"
 
 
 def test_a_bad_submission_names_the_field_and_writes_nothing(store_url):
@@ -103,14 +104,14 @@ def test_a_version_1_store_is_upgraded_in_place_keeping_its_jobs(store_url):
 
     upgraded = JobStore(store_url)
     with upgraded.engine.connect() as conn:
-        assert conn.exec_driver_sql("SELECT value FROM malleable_meta WHERE key = 'schema_version'").scalar() == "3"
+        assert conn.exec_driver_sql("SELECT value FROM malleable_meta WHERE key = 'schema_version'").scalar() == "4"
     row = upgraded.job(job)
     assert (row.name, row.submitter, row.total_samples, row.state) == ("kept", as_recorded(store_url, "old"), 321, JobState.QUEUED)
     assert (row.steps, row.final_loss, row.eval_loss) == (None, None, None)
     assert upgraded.set_state(job, JobState.FINISHED, steps=7, first_loss=2.5, final_loss=0.5, eval_loss=0.75)
     row = upgraded.job(job)
     assert (row.steps, row.first_loss, row.final_loss, row.eval_loss) == (7, 2.5, 0.5, 0.75)
-    JobStore(store_url)  # opening it again finds version 3: nothing to do, nothing refused
+    JobStore(store_url)  # opening it again finds version 4: nothing to do, nothing refused
 
 
 def test_a_version_2_store_gains_the_wall_split_and_the_per_generation_rates(store_url):
@@ -199,7 +200,7 @@ def test_two_submitter_processes_at_once_give_every_job_exactly_once(store_url):
 
 def test_submit_many_returns_earlier_jobs_for_known_keys(store_url):
     store = JobStore(store_url)
-    subs = [Submission(f"s{i}", job_entry(f"s{i}"), "me", f"file:s{i}") for i in range(3)]
+    subs = [Submission(f"s{i}", spec_from_entry(job_entry(f"s{i}")), "me", f"file:s{i}") for i in range(3)]
     first = store.submit_many(subs)
     second = store.submit_many(subs)
     assert [s.job_id for s in first] == [s.job_id for s in second]
@@ -208,13 +209,11 @@ def test_submit_many_returns_earlier_jobs_for_known_keys(store_url):
 
 def test_a_job_seed_survives_the_store(store_url):
     """What a submitter sets per job (HPO: one per trial and stage) is what the service schedules."""
-    from service.jobspec import spec_for_loop
-
     client = ServiceClient(store_url)
     seeded = client.submit(job_entry("s", seed=17)).job_id
     plain = client.submit(job_entry("p")).job_id
-    assert spec_for_loop(client.job(seeded).spec, seeded, 0.0).seed == 17
-    assert spec_for_loop(client.job(plain).spec, plain, 0.0).seed is None
+    assert client.job(seeded).job_spec().seed == 17
+    assert client.job(plain).job_spec().seed is None
 
 
 def test_two_writers_creating_one_experiment_at_once_both_get_it(tmp_path):

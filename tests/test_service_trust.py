@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from flows.commands.cli import app
 from service.client import ServiceClient
 from service.feed import StoreFeed
+from service.jobs.jobspec import spec_from_entry
 from service.records import JobState, Submission
 from service.runner import ServiceConfig
 from service.store import JobStore, StorePermissionError
@@ -160,7 +161,7 @@ def test_postgres_records_the_session_role_and_a_read_only_role_gets_one_line(pg
             assert result.exit_code == 2 and len(lines) == 1, result.output
             assert f"role '{watcher}'" in lines[0] and operation in lines[0] and "Traceback" not in result.output
         with pytest.raises(StorePermissionError):
-            JobStore(url).submit(Submission("x", job_entry("x"), "w"))
+            JobStore(url).submit(Submission("x", spec_from_entry(job_entry("x")), "w"))
         assert [r.state for r in store.jobs()] == [JobState.QUEUED]
     finally:
         admin.dispose()

@@ -34,7 +34,7 @@ def serve(
     """Run the scheduler service until stopped (Ctrl-C / SIGTERM: running jobs checkpoint, the next service resumes them)."""
     from deploy.clusters import connect
     from flows.config.kube import kube_spec
-    from service.lease import LeaseHeldError
+    from service.store.lease import LeaseHeldError
     from service.runner import Service, ServiceConfig
     from service.store import StoreError
 
@@ -42,7 +42,7 @@ def serve(
     if settings.policy.startswith("idle_nodes"):
         # Idle-node policies place jobs on named nodes; the service's Dask workers expose none.
         fail(f"--policy={settings.policy!r}: idle-node policies need node names, which the service's workers do not expose; use `malleable idle-nodes` (or `simulate -p {settings.policy}`) for them")
-    from service.entrypoints import parse_patterns
+    from service.jobs.entrypoints import parse_patterns
 
     store_or_fail(settings).close()  # a bad store URL (or :memory:) is one line, exit 2, before any cluster
     try:

@@ -33,7 +33,7 @@ def _profile_for(workload: str, profile: Path | None, settings) -> tuple[object,
             fail(f"--profile={str(profile)!r}: cannot read a profile JSON ({type(exc).__name__})")
         except ValueError as exc:
             fail(str(exc))
-    from service.priors import cached_profile, prior_profile
+    from service.jobs.priors import cached_profile, prior_profile
 
     found = cached_profile(settings.profile_cache_dir, workload)
     if found is not None:
@@ -42,8 +42,8 @@ def _profile_for(workload: str, profile: Path | None, settings) -> tuple[object,
 
 
 def _check_entrypoint(entrypoint: str, settings, check_import: bool) -> None:
-    from service.entrypoints import not_allowed, not_importable, parse_patterns
-    from service.jobspec import check_workload
+    from service.jobs.entrypoints import not_allowed, not_importable, parse_patterns
+    from service.jobs.jobspec import check_workload
 
     try:
         check_workload(entrypoint)
@@ -60,7 +60,7 @@ def _check_entrypoint(entrypoint: str, settings, check_import: bool) -> None:
 
 def _work(samples: int | None, epochs: float | None, dataset_samples: int | None) -> int:
     """The job's samples from --samples or --epochs x --dataset-samples, within what a job may hold."""
-    from service.jobspec import MAX_SAMPLES
+    from service.jobs.jobspec import MAX_SAMPLES
 
     if (samples is None) == (epochs is None):
         fail("give --samples or --epochs (with --dataset-samples)")
@@ -83,7 +83,7 @@ def _work(samples: int | None, epochs: float | None, dataset_samples: int | None
 def _submit_file(file: Path, key: str | None, settings) -> None:
     from flows.config.jobfile import load_jobs_file
     from service.client import ServiceClient
-    from service.jobspec import check_samples
+    from service.jobs.jobspec import check_samples
     from service.store import IdempotencyConflict, StorePermissionError
 
     try:
@@ -92,7 +92,7 @@ def _submit_file(file: Path, key: str | None, settings) -> None:
             check_samples(spec)
     except ValueError as exc:
         fail(f"{file}: {exc}" if str(file) not in str(exc) else str(exc))
-    from service.entrypoints import not_allowed, parse_patterns
+    from service.jobs.entrypoints import not_allowed, parse_patterns
 
     for spec in specs:
         why = not_allowed(spec.workload, parse_patterns(settings.allowed_entrypoints))
@@ -143,25 +143,24 @@ def submit(
         fail(f"--name={name[:40]!r}: must be 1 to {MAX_NAME_CHARS} characters (it has {len(name)})")
     _check_entrypoint(entrypoint, settings, import_check)
     total = _work(samples, epochs, dataset_samples)
-    from allocator.profiles.io import profile_to_dict
+    from allocator.types import JobSpec
     from service.client import ServiceClient
-    from service.jobspec import validate_entry
+    from service.jobs.jobspec import check_submission
     from service.store import IdempotencyConflict, StorePermissionError
 
     found, note = _profile_for(entrypoint, profile, settings)
-    entry: dict = {
-        "id": entrypoint.rsplit(":", 1)[-1], "workload": entrypoint, "profile": profile_to_dict(found), "samples": total,
-        "min_batch": min_batch, "max_batch": max_batch, "min_gpus": min_gpus, "max_gpus": max_gpus,
-    }  # fmt: skip
-    try:
-        validate_entry(entry)
+    try:  # parsed here, once: the client stores this JobSpec as it is
+        spec = check_submission(JobSpec(
+            id=entrypoint.rsplit(":", 1)[-1], workload=entrypoint, profile=found, total_samples=total,
+            min_batch=min_batch, max_batch=max_batch, min_gpus=min_gpus, max_gpus=max_gpus,
+        ))  # fmt: skip
     except ValueError as exc:
-        fail(str(exc).replace("(jobs[0])", "").strip())
+        fail(str(exc))
     store = store_or_fail(settings)  # only now: a rejected job leaves no store behind
     try:
-        submitted = ServiceClient(store).submit(entry, name=name, idempotency_key=key)
+        submitted = ServiceClient(store).submit_spec(spec, name=name, idempotency_key=key)
     except (ValueError, IdempotencyConflict, StorePermissionError) as exc:
-        fail(str(exc).replace("(jobs[0])", "").strip())
+        fail(str(exc))
     if note is not None and submitted.created:
         # stderr: stdout is the job id alone (`id=$(malleable submit ...)`).
         err_console.print(note, highlight=False, markup=False)

@@ -11,6 +11,7 @@ same Prefect artifacts, and ``malleable compare`` puts it beside any other run.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 from allocator.allocation import Share
@@ -19,7 +20,6 @@ from allocator.metrics import summarise
 from allocator.types import JobSpec, RescaleEvent, RescaleKind
 from flows.recording.record import RecordedRun, finish_parent, outcomes
 from flows.recording.tracking import MetricPoint, Tracker
-from service.jobspec import spec_for_loop
 from service.records import AllocationRow, JobRow, JobState
 
 
@@ -34,7 +34,7 @@ def loop_result_from_store(
 
     ``allocations``: each job's allocation history by store id (``JobStore.allocations``)."""
     t0 = min(r.submitted_at for r in rows)
-    specs = {r.name: spec_for_loop(r.spec, r.name, r.submitted_at - t0) for r in rows}
+    specs = {r.name: dataclasses.replace(r.job_spec(), id=r.name, arrival_time=r.submitted_at - t0) for r in rows}
     schedule: list[ScheduleRow] = []
     events: list[RescaleEvent] = []
     records: list[JobRecord] = []

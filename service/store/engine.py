@@ -13,7 +13,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from service.redaction import redact_url as redact
-from service.store_errors import StoreMissingError, StoreSettingError
+from service.store.errors import StoreMissingError, StoreSettingError
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:

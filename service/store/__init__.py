@@ -1,7 +1,7 @@
 """The durable job store: any SQLAlchemy URL (a sqlite file by default, PostgreSQL for a team).
 
 Clients write submissions and cancel requests; the one service holding the lease
-(``service.lease``) reads them and writes states, allocations and progress back. Every write
+(``service.store.lease``) reads them and writes states, allocations and progress back. Every write
 is its own short transaction, so submitters and the service never wait on each other for
 long; idempotency and "exactly once" rest on the database's unique constraints.
 """
@@ -19,12 +19,13 @@ from sqlalchemy import bindparam, func, insert, inspect, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
 
 from service import schema
+from service.jobs.jobspec import record_for_store, stored_record
 from service.redaction import redact_url
 from service.records import AllocationRow, JobRow, JobState, Submission, Submitted
 
 
 # Errors and ownership live beside the store; imported here, where callers have always found them.
-from service.store_errors import (  # noqa: E402, F401
+from service.store.errors import (  # noqa: E402, F401
     MAX_STORED_INT,
     NOTIFY_CHANNEL,
     IdempotencyConflict,
@@ -40,7 +41,7 @@ from service.store_errors import (  # noqa: E402, F401
 )
 
 
-from service.engine import in_memory, make_engine  # noqa: E402, F401  (callers import them from here)
+from service.store.engine import in_memory, make_engine  # noqa: E402, F401  (callers import them from here)
 
 
 def redact(url: str) -> str:
@@ -49,7 +50,7 @@ def redact(url: str) -> str:
 
 def _row(r) -> JobRow:
     return JobRow(
-        seq=r.seq, id=r.id, name=r.name, submitter=r.submitter, state=JobState(r.state), spec=json.loads(r.spec),
+        seq=r.seq, id=r.id, name=r.name, submitter=r.submitter, state=JobState(r.state), spec=stored_record(json.loads(r.spec), r.id),
         submitted_at=r.submitted_at, started_at=r.started_at, finished_at=r.finished_at, updated_at=r.updated_at,
         error=r.error, checkpoint_dir=r.checkpoint_dir, mlflow_run_id=r.mlflow_run_id, board_id=r.board_id,
         gpus=r.gpus, batch=r.batch, samples_done=r.samples_done, total_samples=r.total_samples, attempts=r.attempts,
@@ -194,8 +195,8 @@ class JobStore:
         if found is None:
             return None
         # The profile is left out: a retry may find a newer measured profile; the work is the same.
-        before = {k: v for k, v in json.loads(found.spec).items() if k != "profile"}
-        now = {k: v for k, v in json.loads(json.dumps(sub.entry)).items() if k != "profile"}
+        before = {k: v for k, v in stored_record(json.loads(found.spec), found.id).items() if k != "profile"}
+        now = {k: v for k, v in json.loads(json.dumps(record_for_store(sub.spec, found.id))).items() if k != "profile"}
         differ = sorted(k for k in before.keys() | now.keys() if before.get(k) != now.get(k)) + (["name"] if found.name != sub.name else [])
         if differ:
             raise IdempotencyConflict(
@@ -208,12 +209,12 @@ class JobStore:
             earlier = self._check_key(sub)
             if earlier is not None:
                 return Submitted(earlier, created=False)
-        total = int(sub.entry["samples"])
+        total = sub.spec.total_samples
         if not 0 < total <= MAX_STORED_INT:
-            raise ValueError(f"samples={sub.entry['samples']!r}: must be an integer in [1, {MAX_STORED_INT}] (what the store holds)")
-        job_id, now = new_job_id(), time.time()
+            raise ValueError(f"samples={total!r}: must be an integer in [1, {MAX_STORED_INT}] (what the store holds)")
+        job_id, now = sub.spec.id if sub.keep_id else new_job_id(), time.time()
         values = dict(
-            id=job_id, name=sub.name, submitter=sub.submitter, idempotency_key=sub.idempotency_key, spec=json.dumps(sub.entry),
+            id=job_id, name=sub.name, submitter=sub.submitter, idempotency_key=sub.idempotency_key, spec=json.dumps(record_for_store(sub.spec, job_id)),
             state=JobState.QUEUED.value, submitted_at=now, updated_at=now, total_samples=total,
             cancel_requested=False, cancel_seen=False, gpus=0, batch=0, samples_done=0.0, attempts=0,
             mlflow_parent_run_id=sub.mlflow_parent_run_id,

@@ -1,0 +1,67 @@
+"""A submitted job: the checks a submission passes, and the store's record of it read in any format it was written in.
+
+A job is parsed once, where it enters (the CLI's flags, a jobs file, the client's entry
+mapping), into a ``JobSpec``; from there on it travels whole. The store keeps that JobSpec as
+``allocator.specs.spec_to_dict`` writes it. Rows written before (the format of a jobs-file entry:
+``samples``, ``gpus``, ``deadline_s``, …) are upgraded when read, so a store never needs rewriting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from allocator.specs import job_from_dict, spec_to_dict
+from allocator.types import JobSpec
+
+_ENTRY = re.compile(r"^[A-Za-z_][\w.]*(:[A-Za-z_]\w*)?$")
+# A sane maximum for one job's work (10^15 samples: years on any cluster); well inside the
+# 2^63-1 the store's integer columns hold, so the store never sees an overflow.
+MAX_SAMPLES = 10**15
+
+
+def check_workload(workload: object, where: str = "ENTRYPOINT") -> None:
+    """ValueError naming ``where`` unless ``workload`` reads as an entry point or an example name."""
+    if not isinstance(workload, str) or not _ENTRY.match(workload):
+        raise ValueError(f"{where}={workload!r}: not an entry point ('package.module:function') nor an example name")
+
+
+def check_samples(spec: JobSpec) -> None:
+    if not 1 <= spec.total_samples <= MAX_SAMPLES:
+        raise ValueError(f"job {spec.id!r}.samples={spec.total_samples}: must be in [1, {MAX_SAMPLES:.0e}] (a sane maximum; the store holds integers up to 2^63-1)")
+
+
+def check_submission(spec: JobSpec) -> JobSpec:
+    """What a JobSpec must be beyond its own rules to be submitted: a workload that can name a
+    recipe, work the store can hold. ``spec`` itself, or ValueError naming the field."""
+    check_workload(spec.workload, f"job {spec.id!r}.workload")
+    check_samples(spec)
+    return spec
+
+
+def spec_from_entry(entry: object) -> JobSpec:
+    """A jobs-file entry (the Python client's input, its profile inline) parsed into the JobSpec
+    that is submitted; ValueError naming the field."""
+    if isinstance(entry, dict):  # the workload first: its message is the clearer one
+        check_workload(entry.get("workload"), f"job {entry.get('id')!r}.workload")
+    return check_submission(job_from_dict(entry, 0, {}))
+
+
+def stored_record(data: object, job_id: str) -> object:
+    """A row's stored job as ``spec_to_dict`` data under the row's id: a row written in the earlier
+    jobs-file-entry format (it says ``samples``, not ``total_samples``) is upgraded here. What
+    cannot be read is returned as it is: the feed fails that job, naming the field."""
+    if not isinstance(data, dict):
+        return data
+    if "total_samples" not in data:
+        try:
+            data = spec_to_dict(job_from_dict(data, 0, {}))
+        except ValueError:
+            return data
+    return {**data, "id": job_id}
+
+
+def record_for_store(spec: JobSpec, job_id: str) -> dict:
+    """What the store writes for ``spec`` submitted as ``job_id``: its serialisation under the
+    store's id, arriving when the service sees it (its arrival on the loop's clock is set then)."""
+    return spec_to_dict(dataclasses.replace(spec, id=job_id, arrival_time=0.0))
