@@ -25,6 +25,7 @@ err_console = Console(stderr=True)
 # Loggers that speak at INFO through a normal run (Dask's cluster start-up and shutdown,
 # Prefect's flow-run chatter, MLflow's store migrations, the HTTP clients).
 CHATTY_LOGGERS = ("distributed", "prefect", "mlflow", "alembic", "httpx", "urllib3", "asyncio", "tornado")
+MLFLOW_DB_LOGGER = "mlflow.store.db.utils"
 
 
 class _Verbosity:
@@ -98,3 +99,7 @@ def quiet_libraries(verbose: bool = False) -> None:
     level = logging.INFO if verbose else logging.ERROR
     for name in CHATTY_LOGGERS:
         logging.getLogger(name).setLevel(level)
+    # MLflow logs every failed SQLAlchemy call at ERROR with its traceback; our tracking
+    # (service/tracking/buffered.py) catches those same failures, says once in a line what is
+    # wrong and journals the calls, so MLflow's copy is only noise (-v shows it).
+    logging.getLogger(MLFLOW_DB_LOGGER).setLevel(logging.INFO if verbose else logging.CRITICAL)
