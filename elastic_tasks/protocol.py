@@ -62,6 +62,9 @@ class TrainConfig:
     straggler_alpha: float = 0.1
     straggler_threshold: float = 0.8
     noise_probe: bool = True  # measure the gradient noise scale (goodput_dp reads it); off only to measure its cost
+    # The probe's average share of the step time at most (rank/noise/probe_schedule.py); None:
+    # no bound (every step the variance asks for is sampled, whatever it costs).
+    noise_probe_budget: float | None = 0.01
     data_timeout_s: float = 600.0
     broadcast_chunk_mb: int = 256  # a state broadcast's staging buffer, at most (rank/state/chunked.py)
     hold_at_steps: frozenset[int] = frozenset()
@@ -91,6 +94,9 @@ class TrainConfig:
         if not (math.isfinite(self.data_timeout_s) and self.data_timeout_s > 0):
             raise ValueError(f"TrainConfig.data_timeout_s={self.data_timeout_s!r}: must be a finite number > 0")
         _int("broadcast_chunk_mb", self.broadcast_chunk_mb, 1)
+        budget = self.noise_probe_budget
+        if budget is not None and not (isinstance(budget, (int, float)) and not isinstance(budget, bool) and 0 < budget <= 1):
+            raise ValueError(f"TrainConfig.noise_probe_budget={budget!r}: must be a number in (0, 1] or None")
         if not isinstance(self.hold_at_steps, frozenset):
             raise ValueError(f"TrainConfig.hold_at_steps={self.hold_at_steps!r}: must be a frozenset of steps >= 1")
         for step in sorted(self.hold_at_steps):

@@ -169,16 +169,40 @@ def test_schedule_samples_rarely_when_the_terms_are_steady_and_every_step_when_n
 def test_cost_budget_thins_samples_to_keep_the_probe_within_its_share_of_the_step():
     """A probe that costs 5 % of a step's time, budget 1 %: every 5th step (5 / (0.01 * 100)),
     whatever the variance asks; a sampled step takes 105, the probe's 5 left out of the base."""
-    schedule = SampleSchedule(cost_budget=0.01, warmup=0)
+    schedule = SampleSchedule(cost_budget=0.01, warmup=0, max_every=1)
+    schedule.observe(1.0, 1.0, 1.0, 1.0)  # a usable estimate: both averages positive
     sampled = 0
     for _ in range(400):
         due = schedule.due()
         sampled += due
         schedule.charge(5.0 if due else None, 100.0 + (5.0 if due else 0.0))
     assert schedule.every == 5
-    # After the first sample (the budget is unknown until timed), one step in five is sampled.
-    assert sampled == pytest.approx(400 / 5, abs=2)
+    # The first cost_warmup steps are sampled whatever they cost, then one step in five.
+    warm = schedule.cost_warmup
+    assert sampled == warm + (400 - warm) // 5
     assert schedule.probe_share == pytest.approx(5.0 / 5 / 100.0, rel=0.05)
+
+
+def test_cost_budget_waits_for_a_usable_estimate_before_thinning():
+    """Until B_noise first reads as a finite positive number every step is sampled (at most
+    max_cost_warmup of them), however costly: a job gets an estimate as soon as it would without a budget."""
+    schedule = SampleSchedule(cost_budget=0.01, max_cost_warmup=20)
+    picks = []
+    for step in range(60):
+        due = schedule.due()
+        picks.append(due)
+        schedule.charge(50.0 if due else None, 150.0 if due else 100.0)  # the probe: half a step
+        if due and step >= 9:  # from the 10th sample on, the averages are positive
+            schedule.observe(1.0, 1.0, 1.0, 1.0)
+    assert all(picks[:10])  # every step up to and including the first usable estimate
+    assert sum(picks[10:]) <= 2  # then the budget: every 50th step at the least
+    never = SampleSchedule(cost_budget=0.01, max_cost_warmup=20)
+    never_picks = []
+    for _ in range(60):
+        due = never.due()
+        never_picks.append(due)
+        never.charge(50.0 if due else None, 150.0 if due else 100.0)
+    assert all(never_picks[:20]) and sum(never_picks[20:]) <= 1  # no usable estimate: the budget after 20
 
 
 def test_cost_budget_none_and_a_cheap_probe_leave_the_variance_rule_alone():
@@ -219,7 +243,9 @@ def _rank(rank, world, init_file, out_file):
     torch.set_num_threads(1)
     model = _model()
     ddp = DistributedDataParallel(model)
-    probe = GradientNoiseProbe(smoothing=0.995)
+    # No cost budget: on this tiny model it would thin samples to its cap (test_cost_budget_*
+    # covers the budget); this checks the cross-rank estimate itself.
+    probe = GradientNoiseProbe(smoothing=0.995, schedule=SampleSchedule(cost_budget=None))
     rng = np.random.default_rng(100 + rank)
     batch = 32 * world
     for _ in range(RANK_STEPS):

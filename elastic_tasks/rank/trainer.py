@@ -53,6 +53,7 @@ from elastic_tasks.rank.evaluation.evaluate import RankEvaluation
 from elastic_tasks.rank.forward import RecipeStep
 from elastic_tasks.rank.health.hang_watch import HangWatch, abort_communicators, simulate_hang_requested
 from elastic_tasks.rank.data.loader import RankLoader
+from elastic_tasks.rank.noise.probe_schedule import SampleSchedule
 from elastic_tasks.rank.noise.scale import GradientNoiseProbe
 from elastic_tasks.rank.records import RankRecords
 from elastic_tasks.rank.reporting import RankReporter
@@ -118,7 +119,8 @@ class _Rank:
         detector = StragglerDetector(self.config.straggler_alpha, self.config.straggler_threshold)
         self.report = RankReporter(spec.uid, board, self.courier, self.records, detector)
         self.agreement: Agreement | None = None  # this generation's end-of-step agreements
-        self.noise = GradientNoiseProbe()  # gradient noise scale for goodput (issue 14)
+        # The gradient noise scale for goodput (issue 14), within its share of the step.
+        self.noise = GradientNoiseProbe(schedule=SampleSchedule(cost_budget=self.config.noise_probe_budget))
         self.witness = HookWitness()  # tells a failed gradient allreduce from the recipe's own errors
         self.checkpoints = CheckpointWriter()  # rank 0's periodic checkpoints, off the step loop
         self.local_clock = LocalClock(self.device)  # straggler timing: CUDA events on a GPU

@@ -34,7 +34,10 @@ schedule keeps the average below ``cost_budget`` of the step time,
 
     N >= ceil(probe_s / (cost_budget * step_s)),
 
-so what users pay for the probe is known up front (1 % by default). Where the variance would
+so what users pay for the probe is known up front (1 % by default). Until the estimate first
+reads as a finite positive B_noise (both averages positive; at least ``cost_warmup`` and at
+most ``max_cost_warmup`` samples) every step is sampled whatever it costs, so that a job has a
+usable estimate as soon as an every-step probe would; the budget thins the samples after that. Where the variance would
 want more samples than the budget allows, the budget wins and ``expected_rel_error`` says what
 that costs in accuracy over the horizon. On a GPU the budget never binds; on a CPU, where the
 norms are memory-bound passes over every gradient, it does for large models (``alexnet_10m``:
@@ -55,7 +58,11 @@ class SampleSchedule:
     warmup: int = 16
     cost_budget: float | None = 0.01  # the probe's average share of the step time; None: no bound
     max_every_for_cost: int = 64  # the budget never thins samples beyond this
+    cost_warmup: int = 4  # sampled every step at first, until the estimate is usable (at least these)
+    max_cost_warmup: int = 64  # ... and at most these, if it never is
     samples: int = 0
+    _sampled: int = 0
+    _estimated: bool = False  # both averages positive once: B_noise reads as a finite number
     _variance_every: int = 1
     _cost_every: int = 1
     _residual_sq: float = 0.0
@@ -64,10 +71,11 @@ class SampleSchedule:
     _step_s: float | None = None
 
     def __post_init__(self) -> None:
-        if self.horizon_steps < 1 or self.max_every < 1 or self.warmup < 0 or self.max_every_for_cost < 1:
+        if self.horizon_steps < 1 or self.max_every < 1 or self.warmup < 0 or self.max_every_for_cost < 1 or not 0 <= self.cost_warmup <= self.max_cost_warmup:
             raise ValueError(
                 f"SampleSchedule: horizon_steps={self.horizon_steps!r}, max_every={self.max_every!r}, "
-                f"warmup={self.warmup!r}, max_every_for_cost={self.max_every_for_cost!r}"
+                f"warmup={self.warmup!r}, max_every_for_cost={self.max_every_for_cost!r}, "
+                f"cost_warmup={self.cost_warmup!r}, max_cost_warmup={self.max_cost_warmup!r} (need 0 <= cost_warmup <= max_cost_warmup)"
             )
         if not (0 < self.rel_error < 1):
             raise ValueError(f"SampleSchedule.rel_error={self.rel_error!r}: must be in (0, 1)")
@@ -77,6 +85,8 @@ class SampleSchedule:
     @property
     def every(self) -> int:
         """Sample every N-th step: the variance's N, or more where the cost budget needs it."""
+        if self._sampled < self.cost_warmup or (not self._estimated and self._sampled < self.max_cost_warmup):
+            return self._variance_every
         return max(self._variance_every, self._cost_every)
 
     def due(self) -> bool:
@@ -84,6 +94,7 @@ class SampleSchedule:
         self._since += 1
         if self._since >= self.every:
             self._since = 0
+            self._sampled += 1
             return True
         return False
 
@@ -126,6 +137,7 @@ class SampleSchedule:
         """One sample's terms, against the running averages; adapts ``every``."""
         if grad_sq_avg is None or trace_avg is None or grad_sq_avg <= 0 or trace_avg <= 0:
             return  # no meaningful ratio yet: keep sampling as before
+        self._estimated = True
         residual = trace / trace_avg - grad_sq / grad_sq_avg
         self._residual_sq += residual * residual
         self.samples += 1
