@@ -23,7 +23,8 @@ receive ~77 MB of parameters and momentum), global batch 32:
   gradient-noise probe on (what users run: ``steady_*``) and off (``*_no_probe``), so the
   probe's own share (``probe_cpu_share_pct``: CPU time per step, on vs off) comes from the same run.
 * ``noise_scale_rel_error``: on the example ``mlp_tiny`` (one rank, accumulation 4), the
-  trainer's cheap probe (fused float32 norms, first micro-batch, sampled every N steps)
+  trainer's cheap probe (fused float32 norms, first micro-batch, sampled every N steps; N from
+  the variance; ``*_budgeted``: with the trainer's default 1 % cost budget as well)
   against the reference every-step float64 estimator (every micro-batch's gradient), fed the
   same gradients; the relative difference of their smoothed estimates averaged over the
   second half of the run (trace and |G|^2 averaged apart, then divided).
@@ -113,10 +114,11 @@ def run_elastic_steady(client: Client, steps: int, tag: str, probe: bool = True)
     )
 
 
-def noise_scale_rel_error(steps: int = 400, batch: int = 64, micro: int = 16) -> tuple[float, float, float, int]:
+def noise_scale_rel_error(steps: int = 400, batch: int = 64, micro: int = 16, budget: float | None = 0.01) -> tuple[float, float, float, int]:
     """The cheap probe vs the every-step float64 reference on the same gradients (see the docstring)."""
     import torch
 
+    from elastic_tasks.rank.noise.probe_schedule import SampleSchedule
     from elastic_tasks.rank.noise.scale import GradientNoiseProbe, NoiseScaleEstimator, noise_terms
     from elastic_tasks.recipe import load_entry_point, to_device
     from elastic_tasks.rank.data.sharding import EpochSampler
@@ -129,7 +131,8 @@ def noise_scale_rel_error(steps: int = 400, batch: int = 64, micro: int = 16) ->
     # The probe as the trainer runs it (its cost budget included), on a clock that leaves out
     # the reference's float64 bookkeeping: the budget sees the step the trainer would run.
     reference_s = [0.0]
-    probe, reference = GradientNoiseProbe(clock=lambda: time.perf_counter() - reference_s[0]), NoiseScaleEstimator()
+    schedule = SampleSchedule(cost_budget=budget)
+    probe, reference = GradientNoiseProbe(schedule=schedule, clock=lambda: time.perf_counter() - reference_s[0]), NoiseScaleEstimator()
     cheap_values, ref_values = [], []
 
     def sq64(tensors: list[torch.Tensor]) -> float:
@@ -208,8 +211,14 @@ def main() -> None:
                 f"wall ratio on {ratios[-1]:.4f} off {off_ratios[-1]:.4f}, CPU ratio on {cpu_ratios[-1]:.4f} off {off_cpu_ratios[-1]:.4f}"
             )
         plain_s, elastic_s = statistics.median(plain), statistics.median(elastic)
-        rel_error, cheap_noise, ref_noise, every = noise_scale_rel_error()
-        print(f"noise scale on mlp_tiny: cheap probe {cheap_noise:.2f} (sampling every {every} steps at the end), every-step float64 {ref_noise:.2f}")
+        # The estimator itself (cheap norms, the variance's N), and as the trainer runs it by
+        # default (its 1 % cost budget may thin samples beyond what the variance asks on CPU).
+        rel_error, cheap_noise, ref_noise, every = noise_scale_rel_error(budget=None)
+        rel_budgeted, budgeted_noise, _, every_budgeted = noise_scale_rel_error(budget=0.01)
+        print(
+            f"noise scale on mlp_tiny: cheap probe {cheap_noise:.2f} (every {every} steps at the end), "
+            f"with the 1 % budget {budgeted_noise:.2f} (every {every_budgeted}), every-step float64 {ref_noise:.2f}"
+        )
 
         config = TrainConfig(global_batch=BATCH, max_steps=100_000, timeout_s=60, checkpoint_dir=ckpt, evaluate=False)
         job = JobCoordinator(client, WorkerPool(client), "rescale", ENTRY, config)
@@ -263,7 +272,9 @@ def main() -> None:
         "steady_cpu_overhead_no_probe_pct": round(100 * (statistics.median(off_cpu_ratios) - 1), 2),
         "probe_cpu_share_pct": round(100 * (statistics.median(probe_cpu) - 1), 2),
         "noise_scale_rel_error": round(rel_error, 4),
+        "noise_scale_rel_error_budgeted": round(rel_budgeted, 4),
         "noise_probe_every_mlp_tiny": every,
+        "noise_probe_every_mlp_tiny_budgeted": every_budgeted,
         "agree_s": round(statistics.median(agree), 5),
         "agree_pct_of_step": round(100 * statistics.median(agree) / elastic_s, 3),
         "wall_s": round(time.time() - t_start, 1),
