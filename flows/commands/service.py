@@ -103,6 +103,7 @@ def serve(
     finally:
         if service is not None:
             service.lease.release()  # also when the cluster never came up
+        latch.settle()
     say("stopped")
 
 

@@ -57,6 +57,16 @@ class StopLatch:
         signal.signal(signal.SIGTERM, self.handle)
         signal.signal(signal.SIGINT, self.handle)
 
+    def settle(self) -> None:
+        """The stop is done: from here a late SIGTERM is ignored.
+
+        The interpreter's finalisation puts back the default action for every signal that has a
+        Python handler, so a process manager's second SIGTERM landing after a quick clean stop
+        killed the process with 143 instead of letting it exit 0 (CI saw it). SIG_IGN survives
+        finalisation; SIGINT keeps its handler, so Ctrl-C still ends a hung exit."""
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
     def watch(self, say: Callable[[str], None], on_stop: Callable[[], None], on_fast_stop: Callable[[], None]) -> None:
         """Start acting on signals (also on those that came before this call)."""
         self.say, self.on_stop, self.on_fast_stop = say, on_stop, on_fast_stop
