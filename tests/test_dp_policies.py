@@ -195,7 +195,7 @@ def test_fixed_batch_backfills_by_default_and_blocks_with_strict_fifo():
     running = make_job("r", max_batch=64, requested_gpus=6, elastic=False, max_gpus=8)
     big = make_job("big", max_batch=64, requested_gpus=4, elastic=False, max_gpus=8, arrival_time=1.0)
     small = make_job("small", max_batch=64, requested_gpus=1, elastic=False, max_gpus=8, arrival_time=2.0)
-    snap = ClusterSnapshot(5.0, 8, running=(RunningJob(running, Share(gpus=6, batch=64)),), queued=(big, small))
+    snap = ClusterSnapshot(5.0, 8, running=(RunningJob(running, Share(gpus=6, global_batch=64)),), queued=(big, small))
     backfill = reallocate(snap, make_policy("fixed_batch"), OverflowMode.QUEUE)
     assert [j.id for j in backfill.admission.admitted] == ["small"] and [j.id for j in backfill.admission.queued] == ["big"]
     assert backfill.allocation["small"].gpus == 1 and backfill.allocation.total_gpus == 7

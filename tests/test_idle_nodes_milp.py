@@ -214,7 +214,7 @@ def test_policy_on_a_snapshot_returns_node_placed_shares() -> None:
     job_a = make_job("a", max_gpus=8)
     job_b = make_job("b", max_gpus=8)
     nodes = tuple((f"n{i}", 1) for i in range(6))
-    running = (RunningJob(job_a, Share(gpus=2, batch=max(2, job_a.min_batch), nodes=("n0", "n7")), 0.0),)
+    running = (RunningJob(job_a, Share(gpus=2, global_batch=max(2, job_a.min_batch), nodes=("n0", "n7")), 0.0),)
     # n7 left the idle set: job a was preempted down to n0 only
     snapshot = ClusterSnapshot(time=5.0, capacity=6, running=running, queued=(job_b,), nodes=nodes)
     for objective in ("throughput", "scaling_efficiency"):
