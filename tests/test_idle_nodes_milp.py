@@ -250,8 +250,8 @@ def test_jobs_that_cannot_run_at_their_limits_get_a_count_that_fits(name: str) -
         for job_id, share in allocation.shares:
             job = {"a": a, "b": b}[job_id]
             assert share.gpus in _feasible_gpus(job) and share.gpus == len(share.nodes)
-            assert share.gpus <= share.batch <= share.gpus * job.profile.max_batch_per_gpu
-            assert job.min_batch <= share.batch <= job.max_batch
+            assert share.gpus <= share.global_batch <= share.gpus * job.profile.max_batch_per_gpu
+            assert job.min_batch <= share.global_batch <= job.max_batch
 
 
 @pytest.mark.parametrize("name", ["idle_nodes_milp", "idle_nodes_greedy", "idle_nodes_fifo"])

@@ -47,9 +47,9 @@ def test_allocation_invariants_or_infeasible(name, snap):
         share = allocation[job.id]
         assert share.gpus >= max(1, policy.min_gpus(job, snap.capacity))
         if not job.elastic:
-            assert (share.gpus, share.batch) == (job.requested_gpus, job.batch_when_fixed)
+            assert (share.gpus, share.global_batch) == (job.requested_gpus, job.batch_when_fixed)
         else:  # hybrid scaling: the batch is b_opt for the GPU count given
-            assert share.batch == int(rate_table(job, share.gpus).batches[share.gpus])
+            assert share.global_batch == int(rate_table(job, share.gpus).batches[share.gpus])
     # Deterministic: a fresh instance on an equal snapshot answers identically.
     again = make_policy(name).allocate(ClusterSnapshot(snap.time, snap.capacity, snap.running, snap.queued))
     assert again == allocation and again.shares == allocation.shares
@@ -309,7 +309,7 @@ def test_non_elastic_jobs_keep_gpus_and_batch_and_overfull_is_infeasible(name):
     other = make_job("e", profile=profile, min_gpus=2)
     policy = make_policy(name)
     allocation = policy.allocate(ClusterSnapshot(time=0.0, capacity=10, queued=(fixed, other)))
-    assert (allocation["f"].gpus, allocation["f"].batch) == (3, 96)
+    assert (allocation["f"].gpus, allocation["f"].global_batch) == (3, 96)
     assert policy.min_gpus(fixed, 10) == 3
     with pytest.raises(InfeasibleError):
         policy.allocate(ClusterSnapshot(time=0.0, capacity=4, queued=(fixed, other)))
