@@ -17,24 +17,24 @@ class Share:
     """One job's slice of the cluster: GPUs, global batch, gradient-accumulation steps, nodes.
 
     The global batch is split as evenly as possible over ``gpus * accum_steps`` micro-batches,
-    so ranks hold ceil or floor of ``batch / (gpus * accum_steps)`` samples — seed 000's
+    so ranks hold ceil or floor of ``global_batch / (gpus * accum_steps)`` samples — seed 000's
     t_proc(ceil(b / k)) is the slowest rank's time.
     """
 
     gpus: int
-    batch: int
+    global_batch: int
     accum_steps: int = 1
     nodes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         positive_int("Share", "gpus", self.gpus)
-        positive_int("Share", "batch", self.batch)
+        positive_int("Share", "global_batch", self.global_batch)
         positive_int("Share", "accum_steps", self.accum_steps)
         require(
-            self.batch >= self.gpus * self.accum_steps,
+            self.global_batch >= self.gpus * self.accum_steps,
             "Share",
-            "batch",
-            self.batch,
+            "global_batch",
+            self.global_batch,
             f"gives some of the {self.gpus} GPUs x {self.accum_steps} accumulation steps no sample",
         )
         object.__setattr__(self, "nodes", tuple(self.nodes))
@@ -42,7 +42,7 @@ class Share:
     @property
     def batch_per_gpu(self) -> int:
         """Largest micro-batch any rank processes in one forward/backward."""
-        return -(-self.batch // (self.gpus * self.accum_steps))
+        return -(-self.global_batch // (self.gpus * self.accum_steps))
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,10 +112,10 @@ def validate_allocation(allocation: Allocation, snapshot: ClusterSnapshot, requi
             f"exceeds the memory cap {spec.profile.max_batch_per_gpu}",
         )
         require(
-            spec.min_batch <= share.batch <= spec.max_batch,
+            spec.min_batch <= share.global_batch <= spec.max_batch,
             owner,
-            "batch",
-            share.batch,
+            "global_batch",
+            share.global_batch,
             f"outside [{spec.min_batch}, {spec.max_batch}]",
         )
     require(

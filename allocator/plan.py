@@ -52,7 +52,7 @@ def _runtime(job: JobSpec, share: Share, rate: float) -> float | None:
         return job.total_samples / rate
     trajectory, b0 = job.noise_scale, base_batch(job)
     pieces = zip(trajectory.bounds, trajectory.bounds[1:], trajectory.values)
-    return sum((hi - lo) * job.total_samples / (rate * float(efficiency(v, b0, share.batch))) for lo, hi, v in pieces)
+    return sum((hi - lo) * job.total_samples / (rate * float(efficiency(v, b0, share.global_batch))) for lo, hi, v in pieces)
 
 
 def make_plan(jobs: Sequence[JobSpec], capacity: int, policy: Policy) -> Plan:
@@ -66,7 +66,7 @@ def make_plan(jobs: Sequence[JobSpec], capacity: int, policy: Policy) -> Plan:
         share = decision.allocation.get(job.id)
         if share is None:
             continue
-        rate = throughput(job.profile, share.batch, share.gpus, share.accum_steps)
+        rate = throughput(job.profile, share.global_batch, share.gpus, share.accum_steps)
         base = baseline_rate(job)
         planned.append(
             PlannedJob(
@@ -75,7 +75,7 @@ def make_plan(jobs: Sequence[JobSpec], capacity: int, policy: Policy) -> Plan:
                 samples_per_s=rate,
                 efficiency_vs_linear=rate / (share.gpus * base) if base > 0 else 0.0,
                 predicted_runtime_s=_runtime(job, share, rate),
-                goodput_per_s=rate * (1.0 if job.noise_scale is None else float(efficiency(job.noise_scale.at(0.0), base_batch(job), share.batch))),
+                goodput_per_s=rate * (1.0 if job.noise_scale is None else float(efficiency(job.noise_scale.at(0.0), base_batch(job), share.global_batch))),
             )
         )
     return Plan(

@@ -133,9 +133,9 @@ def brute_force_check(instances: int, seed: int = 1, policy_name: str = "elastic
             continue
         shares = [alloc[j.spec.id] for j in jobs]
         legal = sum(s.gpus for s in shares) <= capacity and all(
-            j.spec.min_gpus <= s.gpus <= j.spec.max_gpus and j.spec.min_batch <= s.batch <= j.spec.max_batch for j, s in zip(jobs, shares)
+            j.spec.min_gpus <= s.gpus <= j.spec.max_gpus and j.spec.min_batch <= s.global_batch <= j.spec.max_batch for j, s in zip(jobs, shares)
         )
-        got = sum(j.speed(s.batch, s.gpus) / j.speed(min(j.cap, j.spec.max_batch), 1) for j, s in zip(jobs, shares))
+        got = sum(j.speed(s.global_batch, s.gpus) / j.speed(min(j.cap, j.spec.max_batch), 1) for j, s in zip(jobs, shares))
         mismatches += not (legal and math.isfinite(best) and abs(got - best) <= 1e-9 * max(1.0, abs(best)))
     return {"brute_force_instances": instances, "brute_force_feasible": feasible, "brute_force_mismatches": mismatches}
 

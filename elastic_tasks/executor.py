@@ -162,7 +162,7 @@ class DaskExecutor:
     def _config(self, spec: JobSpec, share: Share) -> TrainConfig:
         s = self.settings
         return TrainConfig(
-            global_batch=share.batch,
+            global_batch=share.global_batch,
             total_samples=raw_sample_budget(spec) if self._meters_work(spec) else spec.total_samples,
             seed=s.seed if spec.seed is None else spec.seed,
             max_batch_per_gpu=spec.profile.max_batch_per_gpu,
@@ -247,9 +247,9 @@ class DaskExecutor:
             t.coordinator = JobCoordinator(
                 self.client, self.pool, job_id, self.entrypoint(spec), self._config(spec, after), build_recipe_here=self.build_recipe_here
             )
-            outcome = t.coordinator.start(after.gpus, after.batch, after.accum_steps)
+            outcome = t.coordinator.start(after.gpus, after.global_batch, after.accum_steps)
             return RescaleEvent(now, job_id, None, after, RescaleKind.START, outcome.pause_s, measured=True)
-        outcome = job.rescale(after.gpus, after.batch, accum_steps=after.accum_steps)
+        outcome = job.rescale(after.gpus, after.global_batch, accum_steps=after.accum_steps)
         if outcome is None:
             return None  # the job ended first: nothing was rescaled, its completion frees it
         kind = RescaleKind.BATCH if outcome.kind == PlanKind.BATCH else RescaleKind.IN_PLACE
@@ -279,7 +279,7 @@ class DaskExecutor:
         for job_id, share in allocation.shares:
             job = self.jobs.get(job_id)
             gpus = job.world_size if job is not None and 0 < job.world_size < share.gpus else share.gpus
-            shares.append((job_id, share if gpus == share.gpus else Share(gpus, max(share.batch, gpus))))
+            shares.append((job_id, share if gpus == share.gpus else Share(gpus, max(share.global_batch, gpus))))
         return Allocation(tuple(shares))
 
     def suspend_all(self, timeout: float | None = None) -> dict[str, bool]:
@@ -339,12 +339,12 @@ class DaskExecutor:
     def predicted_rate(self, job_id: str, share: Share) -> float | None:
         """The samples/s the job's current model (its refit, else its profile) predicts for ``share``."""
         refit = self._tracked[job_id].refit if job_id in self._tracked else None
-        return None if refit is None else float(throughput(refit.profile() or refit.prior, share.batch, share.gpus, share.accum_steps))
+        return None if refit is None else float(throughput(refit.profile() or refit.prior, share.global_batch, share.gpus, share.accum_steps))
 
     def measured_rate(self, job_id: str, share: Share) -> float | None:
         """The samples/s the job's latest generation measured, if it ran ``share``'s GPUs and batch."""
         refit = self._tracked[job_id].refit if job_id in self._tracked else None
-        return refit.generation_rate(share.gpus, share.batch) if refit is not None else None
+        return refit.generation_rate(share.gpus, share.global_batch) if refit is not None else None
 
     def _metered(self, job_id: str, t: _Tracked) -> float:
         """Feed the job's meter its latest status; the base-batch-equivalent samples done."""

@@ -21,7 +21,7 @@ def publish_plan(plan: Plan) -> None:
             {
                 "job": j.job_id,
                 "gpus": j.share.gpus if j.share else 0,
-                "batch": j.share.batch if j.share else 0,
+                "batch": j.share.global_batch if j.share else 0,
                 "samples_per_s": f"{j.samples_per_s:.0f}",
                 "predicted_runtime_s": "-" if j.predicted_runtime_s is None else f"{j.predicted_runtime_s:.0f}",
             }

@@ -87,7 +87,7 @@ def wait_for_workers(client: Client, n: int, timeout_s: float = 60.0) -> list[st
 def train(client: Client, job_id: str, entrypoint: str, share: Share, config: TrainConfig, timeout_s: float) -> tuple[JobResult, float]:
     coordinator = JobCoordinator(client, WorkerPool(client), job_id, entrypoint, config)
     t0 = time.monotonic()
-    coordinator.start(share.gpus, share.batch)
+    coordinator.start(share.gpus, share.global_batch)
     try:
         result = coordinator.wait(timeout=timeout_s)
     finally:
@@ -165,10 +165,10 @@ def retrain_flow(
         share = plan.jobs[0].share
         assert share is not None
         checkpoint_dir = settings.checkpoint_location(f"retrain-{job_id}-{uuid.uuid4().hex[:8]}")
-        config = TrainConfig(global_batch=share.batch, total_samples=total, max_batch_per_gpu=profile.max_batch_per_gpu, checkpoint_dir=str(checkpoint_dir))
+        config = TrainConfig(global_batch=share.global_batch, total_samples=total, max_batch_per_gpu=profile.max_batch_per_gpu, checkpoint_dir=str(checkpoint_dir))
         run = guard.start_run(
             f"retrain-{job_id}",
-            params={"entrypoint": entrypoint, "policy": settings.policy, "gpus": share.gpus, "global_batch": share.batch, "epochs": epochs, "total_samples": total, "workers_available": len(available), "hardware": profile.hardware},
+            params={"entrypoint": entrypoint, "policy": settings.policy, "gpus": share.gpus, "global_batch": share.global_batch, "epochs": epochs, "total_samples": total, "workers_available": len(available), "hardware": profile.hardware},
             tags={"malleable.mode": "retrain"},
         )
         result, train_s = train(client, job_id, entrypoint, share, config, timeout_s)
@@ -188,16 +188,16 @@ def retrain_flow(
     guard.end_run(run, "FINISHED" if result.finished else "FAILED")
     create_table_artifact(
         key=artifact_key("retrain", job_id),
-        table=[{"job": job_id, "gpus": share.gpus, "global_batch": share.batch, "steps": result.steps, "final_loss": f"{result.final_loss or float('nan'):.4f}", "eval_accuracy": "-" if result.eval_accuracy is None else f"{result.eval_accuracy:.3f}", "train_s": f"{train_s:.1f}"}],
+        table=[{"job": job_id, "gpus": share.gpus, "global_batch": share.global_batch, "steps": result.steps, "final_loss": f"{result.final_loss or float('nan'):.4f}", "eval_accuracy": "-" if result.eval_accuracy is None else f"{result.eval_accuracy:.3f}", "train_s": f"{train_s:.1f}"}],
         description=f"retrain of {entrypoint}",
     )
     create_markdown_artifact(
         key=artifact_key("retrain", job_id, "summary"),
-        markdown=f"# Retrained {job_id}\n\n* planned {share.gpus} GPUs, global batch {share.batch} ({settings.policy})\n* {result.steps} steps in {train_s:.1f} s\n* eval accuracy {result.eval_accuracy}\n* model: `{model_uri or 'buffered (MLflow unreachable)'}`\n",
+        markdown=f"# Retrained {job_id}\n\n* planned {share.gpus} GPUs, global batch {share.global_batch} ({settings.policy})\n* {result.steps} steps in {train_s:.1f} s\n* eval accuracy {result.eval_accuracy}\n* model: `{model_uri or 'buffered (MLflow unreachable)'}`\n",
     )
     if not result.finished:
         raise RuntimeError(f"job {job_id}: training did not finish")
-    return RetrainOutcome(run, share.gpus, share.batch, result.steps, result.samples_seen, result.final_loss, result.eval_accuracy, train_s, model_uri)
+    return RetrainOutcome(run, share.gpus, share.global_batch, result.steps, result.samples_seen, result.final_loss, result.eval_accuracy, train_s, model_uri)
 
 
 def _retrain_through_service(store_url: str, spec: JobSpec, tracker, timeout_s: float, epochs: float) -> RetrainOutcome:  # noqa: ANN001

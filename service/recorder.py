@@ -59,7 +59,7 @@ class StoreRecorder:
         measured = self.rates.measured_rate(job_id, share) if self.rates is not None and share is not None else None
         if measured is not None:
             self.store.record_measured_rate(job_id, measured)
-            self.tracking.metrics(job_id, {"measured_samples_per_s": measured, "measured_gpus": share.gpus, "measured_batch": share.batch})
+            self.tracking.metrics(job_id, {"measured_samples_per_s": measured, "measured_gpus": share.gpus, "measured_batch": share.global_batch})
 
     def on_job(self, t: JobTransition) -> None:
         state = t.phase
@@ -116,10 +116,10 @@ class StoreRecorder:
             after = e.after
             self._generation_ends(e.job_id)
             predicted = self.rates.predicted_rate(e.job_id, after) if self.rates is not None and after is not None else None
-            rows.append(AllocationRow(e.job_id, now, after.gpus if after else 0, after.batch if after else 0, e.kind.value, predicted))
+            rows.append(AllocationRow(e.job_id, now, after.gpus if after else 0, after.global_batch if after else 0, e.kind.value, predicted))
             if after is not None:
                 self._shares[e.job_id] = after
-                self.tracking.metrics(e.job_id, {"gpus": after.gpus, "batch": after.batch, "rescale_pause_s": e.cost_s, "predicted_samples_per_s": predicted})
+                self.tracking.metrics(e.job_id, {"gpus": after.gpus, "batch": after.global_batch, "rescale_pause_s": e.cost_s, "predicted_samples_per_s": predicted})
             board = self.board_of(e.job_id)
             if e.before is None and board is not None:
                 self.store.update_job(e.job_id, board_id=board)

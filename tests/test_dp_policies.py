@@ -33,7 +33,7 @@ def test_invariants_hold_or_infeasible(name, snap):
     validate_allocation(alloc, snap, required=[j.id for j in snap.jobs])  # capacity, bounds, everyone >= 1
     for job in snap.jobs:
         if not job.elastic:
-            assert alloc[job.id].gpus == job.requested_gpus and alloc[job.id].batch == job.batch_when_fixed
+            assert alloc[job.id].gpus == job.requested_gpus and alloc[job.id].global_batch == job.batch_when_fixed
     assert policy.allocate(snap) == alloc  # deterministic
 
 
@@ -58,7 +58,7 @@ def _normaliser(job) -> float:
 
 def _objective(snap, alloc):
     """Sum of throughput scaling factors of the shares actually given (seed 000, eq. 3)."""
-    return sum(_speed(j, alloc[j.id].batch, alloc[j.id].gpus, alloc[j.id].accum_steps) / _normaliser(j) for j in snap.jobs)
+    return sum(_speed(j, alloc[j.id].global_batch, alloc[j.id].gpus, alloc[j.id].accum_steps) / _normaliser(j) for j in snap.jobs)
 
 
 def _best_value(job, gpus: int) -> float:
@@ -157,7 +157,7 @@ def test_fixed_batch_keeps_running_jobs_gpus():
 def test_random_batch_choice_is_stable_per_job_and_seed():
     job = make_job("a", min_batch=16, max_batch=1024, max_gpus=16, profile=make_profile(cap=1024))
     snap = ClusterSnapshot(0.0, 16, queued=(job,))
-    draws = {make_policy("fixed_batch_dp", batch_choice="random", seed=s).allocate(snap)["a"].batch for s in range(8)}
+    draws = {make_policy("fixed_batch_dp", batch_choice="random", seed=s).allocate(snap)["a"].global_batch for s in range(8)}
     assert len(draws) > 1
     p = make_policy("fixed_batch_dp", batch_choice="random", seed=3)
     assert p.allocate(snap) == p.allocate(snap)
@@ -195,7 +195,7 @@ def test_fixed_batch_backfills_by_default_and_blocks_with_strict_fifo():
     running = make_job("r", max_batch=64, requested_gpus=6, elastic=False, max_gpus=8)
     big = make_job("big", max_batch=64, requested_gpus=4, elastic=False, max_gpus=8, arrival_time=1.0)
     small = make_job("small", max_batch=64, requested_gpus=1, elastic=False, max_gpus=8, arrival_time=2.0)
-    snap = ClusterSnapshot(5.0, 8, running=(RunningJob(running, Share(gpus=6, batch=64)),), queued=(big, small))
+    snap = ClusterSnapshot(5.0, 8, running=(RunningJob(running, Share(gpus=6, global_batch=64)),), queued=(big, small))
     backfill = reallocate(snap, make_policy("fixed_batch"), OverflowMode.QUEUE)
     assert [j.id for j in backfill.admission.admitted] == ["small"] and [j.id for j in backfill.admission.queued] == ["big"]
     assert backfill.allocation["small"].gpus == 1 and backfill.allocation.total_gpus == 7

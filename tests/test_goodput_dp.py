@@ -120,8 +120,8 @@ def test_goodput_dp_reaches_the_brute_force_optimum(p, exponent, case):
     got = 0.0
     for j in order:
         share = alloc[j.id]
-        assert share.accum_steps == math.ceil(share.batch / (share.gpus * j.profile.max_batch_per_gpu))
-        g = own_goodput(j, share.gpus, noise_of[j.id], share.batch)
+        assert share.accum_steps == math.ceil(share.global_batch / (share.gpus * j.profile.max_batch_per_gpu))
+        g = own_goodput(j, share.gpus, noise_of[j.id], share.global_batch)
         assert g == pytest.approx(own_best(j, share.gpus, noise_of[j.id]), rel=1e-9)  # best batch for its count
         got += w[j.id] * term(g / own_best(j, 1, noise_of[j.id]), p)
     assert got == pytest.approx(optimum, rel=1e-9, abs=1e-9)
@@ -149,7 +149,7 @@ def test_a_reported_noise_scale_overrides_the_trajectory():
     noisy = policy.allocate(ClusterSnapshot(0.0, 1, running=(RunningJob(job, None, 0.0, noise_scale=1.0),)))
     best_free = max(range(32, 513), key=lambda b: own_goodput(job, 1, 1e9, b))
     best_noisy = max(range(32, 513), key=lambda b: own_goodput(job, 1, 1.0, b))
-    assert (free["r"].batch, noisy["r"].batch) == (best_free, best_noisy)
+    assert (free["r"].global_batch, noisy["r"].global_batch) == (best_free, best_noisy)
     assert best_noisy < best_free
     with pytest.raises(ValueError, match="noise_scale"):
         RunningJob(job, None, 0.0, noise_scale=-1.0)

@@ -214,7 +214,7 @@ def test_policy_on_a_snapshot_returns_node_placed_shares() -> None:
     job_a = make_job("a", max_gpus=8)
     job_b = make_job("b", max_gpus=8)
     nodes = tuple((f"n{i}", 1) for i in range(6))
-    running = (RunningJob(job_a, Share(gpus=2, batch=max(2, job_a.min_batch), nodes=("n0", "n7")), 0.0),)
+    running = (RunningJob(job_a, Share(gpus=2, global_batch=max(2, job_a.min_batch), nodes=("n0", "n7")), 0.0),)
     # n7 left the idle set: job a was preempted down to n0 only
     snapshot = ClusterSnapshot(time=5.0, capacity=6, running=running, queued=(job_b,), nodes=nodes)
     for objective in ("throughput", "scaling_efficiency"):
@@ -250,8 +250,8 @@ def test_jobs_that_cannot_run_at_their_limits_get_a_count_that_fits(name: str) -
         for job_id, share in allocation.shares:
             job = {"a": a, "b": b}[job_id]
             assert share.gpus in _feasible_gpus(job) and share.gpus == len(share.nodes)
-            assert share.gpus <= share.batch <= share.gpus * job.profile.max_batch_per_gpu
-            assert job.min_batch <= share.batch <= job.max_batch
+            assert share.gpus <= share.global_batch <= share.gpus * job.profile.max_batch_per_gpu
+            assert job.min_batch <= share.global_batch <= job.max_batch
 
 
 @pytest.mark.parametrize("name", ["idle_nodes_milp", "idle_nodes_greedy", "idle_nodes_fifo"])

@@ -133,7 +133,7 @@ def test_a_lost_worker_is_seen_through_the_executor_before_the_next_decision():
     class ShrinkingExecutor(ScriptedExecutor):
         def in_effect(self, allocation):
             # The cluster really runs "a" on one GPU once its second worker is gone.
-            return Allocation(tuple((j, Share(1, s.batch)) for j, s in allocation.shares))
+            return Allocation(tuple((j, Share(1, s.global_batch)) for j, s in allocation.shares))
 
     def capacity():
         if clock.t >= 2.0:

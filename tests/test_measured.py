@@ -138,7 +138,7 @@ class GrowthExecutor:
     def _settle(self, job, now):
         if job in self.current:
             share, since = self.current[job]
-            key = (share.gpus, share.batch, share.accum_steps)
+            key = (share.gpus, share.global_batch, share.accum_steps)
             self.ran.setdefault(job, {})[key] = self.ran.setdefault(job, {}).get(key, 0.0) + now - since
             self.current[job] = (share, now)
 
@@ -201,14 +201,14 @@ def test_the_growth_scenario_never_leaves_the_job_slower_than_it_measured_on_as_
     best_2 = true_rate(2, 256)
     blind = growth_run(None)
     last = [s for _, j, s in blind.history if j == "a"][-1]
-    assert last.gpus == 2 and true_rate(2, last.batch) < 0.95 * best_2  # the failure the issue reports, reproduced
+    assert last.gpus == 2 and true_rate(2, last.global_batch) < 0.95 * best_2  # the failure the issue reports, reproduced
 
     trusted = growth_run(TrustSettings())
     a_shares = [(t, s) for t, j, s in trusted.history if j == "a"]
     last_t, last = a_shares[-1]
-    assert last.gpus == 2 and true_rate(last.gpus, last.batch) >= 0.95 * best_2
+    assert last.gpus == 2 and true_rate(last.gpus, last.global_batch) >= 0.95 * best_2
     # What the policy proposed on growing, it may try once; never again once measured worse.
-    slower = [(t, s) for t, s in a_shares if s.gpus == 2 and true_rate(2, s.batch) < 0.95 * best_2]
+    slower = [(t, s) for t, s in a_shares if s.gpus == 2 and true_rate(2, s.global_batch) < 0.95 * best_2]
     # Each slower generation ran once (remembered: never chosen again), at most the budget of them.
     assert len(slower) == len({s for _, s in slower}) <= TrustSettings().max_explorations
     for t, s in slower:

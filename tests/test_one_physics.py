@@ -149,7 +149,7 @@ def test_goodput_dp_changes_batch_in_place_when_the_noise_scale_grows():
     result = simulate([job], make_policy("goodput_dp"), 1, LoopSettings(interval_s=5.0), RescaleCost(in_place_s=30.0, batch_s=0.5))
     batch_events = [e for e in result.events if e.kind is RescaleKind.BATCH]
     assert len(batch_events) == 1 and batch_events[0].cost_s == 0.5 and batch_events[0].after.gpus == 1
-    assert batch_events[0].after.batch > batch_events[0].before.batch
+    assert batch_events[0].after.global_batch > batch_events[0].before.global_batch
     # The change comes at the first tick after half the work: the time half the work took, rounded up to Δ.
     first = result.schedule[0]
     raw = first.batch / (first.accum_steps * (OVERHEAD + -(-first.batch // first.accum_steps) / RATE))

@@ -33,10 +33,10 @@ def test_policy_completes_trace_within_invariants(name, seed, pattern, capacity,
         for job_id, share in step.allocation.shares:
             spec = specs[job_id]
             assert spec.min_gpus <= share.gpus <= spec.max_gpus
-            assert spec.min_batch <= share.batch <= spec.max_batch
+            assert spec.min_batch <= share.global_batch <= spec.max_batch
             assert share.batch_per_gpu <= spec.profile.max_batch_per_gpu
             if not spec.elastic:
-                assert share.gpus == spec.requested_gpus and share.batch == spec.batch_when_fixed
+                assert share.gpus == spec.requested_gpus and share.global_batch == spec.batch_when_fixed
 
     result = simulate(jobs, make_policy(name), capacity, LoopSettings(interval_s=300, overflow=mode, react_to_events=react), observer=check)
     for record in result.jobs:

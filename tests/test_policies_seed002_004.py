@@ -47,9 +47,9 @@ def test_allocation_invariants_or_infeasible(name, snap):
         share = allocation[job.id]
         assert share.gpus >= max(1, policy.min_gpus(job, snap.capacity))
         if not job.elastic:
-            assert (share.gpus, share.batch) == (job.requested_gpus, job.batch_when_fixed)
+            assert (share.gpus, share.global_batch) == (job.requested_gpus, job.batch_when_fixed)
         else:  # hybrid scaling: the batch is b_opt for the GPU count given
-            assert share.batch == int(rate_table(job, share.gpus).batches[share.gpus])
+            assert share.global_batch == int(rate_table(job, share.gpus).batches[share.gpus])
     # Deterministic: a fresh instance on an equal snapshot answers identically.
     again = make_policy(name).allocate(ClusterSnapshot(snap.time, snap.capacity, snap.running, snap.queued))
     assert again == allocation and again.shares == allocation.shares
@@ -137,7 +137,7 @@ def _blocked_head_setup(small_samples: int, small_min_gpus: int):
         total_samples=small_samples, arrival_time=2.0,
     )
     snap = ClusterSnapshot(
-        time=10.0, capacity=10, running=(RunningJob(r, Share(gpus=6, batch=192), 0.0),), queued=(head, small)
+        time=10.0, capacity=10, running=(RunningJob(r, Share(gpus=6, global_batch=192), 0.0),), queued=(head, small)
     )
     return snap
 
@@ -176,7 +176,7 @@ def _busy_cluster(running_remaining: int, newcomer_samples: int, newcomer_min_gp
     a = make_job("a", profile=profile, min_batch=8, max_batch=2048, max_gpus=8, total_samples=10_000_000_000)
     c = make_job("c", profile=profile, min_batch=8, max_batch=2048, min_gpus=newcomer_min_gpus, max_gpus=8, total_samples=newcomer_samples)
     done = a.total_samples - running_remaining
-    return ClusterSnapshot(time=5.0, capacity=8, running=(RunningJob(a, Share(gpus=8, batch=2048), done),), queued=(c,))
+    return ClusterSnapshot(time=5.0, capacity=8, running=(RunningJob(a, Share(gpus=8, global_batch=2048), done),), queued=(c,))
 
 
 def test_elan_admission_starts_a_job_when_it_does_not_raise_average_jct():
@@ -258,7 +258,7 @@ def test_higher_threshold_never_gives_more_gpus():
 def test_efficiency_threshold_shrinks_a_job_grown_past_its_efficient_size():
     comm = make_profile(num_params=100_000_000, seconds_per_param=2e-10, latency_s=1e-3)
     job, _ = _single(comm)
-    grown = ClusterSnapshot(time=60.0, capacity=16, running=(RunningJob(job, Share(gpus=16, batch=1024), 1000.0),))
+    grown = ClusterSnapshot(time=60.0, capacity=16, running=(RunningJob(job, Share(gpus=16, global_batch=1024), 1000.0),))
     assert make_policy("efficiency_threshold", threshold=0.5).allocate(grown)["j"].gpus < 16
 
 
@@ -309,7 +309,7 @@ def test_non_elastic_jobs_keep_gpus_and_batch_and_overfull_is_infeasible(name):
     other = make_job("e", profile=profile, min_gpus=2)
     policy = make_policy(name)
     allocation = policy.allocate(ClusterSnapshot(time=0.0, capacity=10, queued=(fixed, other)))
-    assert (allocation["f"].gpus, allocation["f"].batch) == (3, 96)
+    assert (allocation["f"].gpus, allocation["f"].global_batch) == (3, 96)
     assert policy.min_gpus(fixed, 10) == 3
     with pytest.raises(InfeasibleError):
         policy.allocate(ClusterSnapshot(time=0.0, capacity=4, queued=(fixed, other)))

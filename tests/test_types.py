@@ -49,11 +49,11 @@ def test_jobspec_errors_name_job_and_field(overrides, field):
 
 
 def test_share_and_allocation():
-    share = Share(gpus=3, batch=100)
+    share = Share(gpus=3, global_batch=100)
     assert share.batch_per_gpu == 34
-    assert Share(gpus=2, batch=64, accum_steps=2).batch_per_gpu == 16
-    with pytest.raises(ValueError, match="Share.batch=2"):
-        Share(gpus=3, batch=2)
+    assert Share(gpus=2, global_batch=64, accum_steps=2).batch_per_gpu == 16
+    with pytest.raises(ValueError, match="Share.global_batch=2"):
+        Share(gpus=3, global_batch=2)
     alloc = Allocation.of({"a": Share(1, 8), "b": Share(2, 16)})
     assert alloc.total_gpus == 3 and alloc["b"].gpus == 2 and "a" in alloc and alloc.get("z") is None
     assert list(alloc) == ["a", "b"]
@@ -79,7 +79,7 @@ def test_validate_allocation_catches_each_breach():
         validate_allocation(Allocation.of({"a": Share(5, 64)}), snap)
     with pytest.raises(ValueError, match="batch_per_gpu=128"):
         validate_allocation(Allocation.of({"a": Share(1, 128)}), snap)
-    with pytest.raises(ValueError, match="batch=8"):
+    with pytest.raises(ValueError, match="global_batch=8"):
         validate_allocation(Allocation.of({"a": Share(1, 8)}), snap)
     with pytest.raises(ValueError, match="admitted but got no GPUs"):
         validate_allocation(Allocation(), snap, required=["a"])

@@ -157,7 +157,7 @@ def allocation_from_assignment(snapshot: ClusterSnapshot, assignment: Mapping[st
             if lo > hi:
                 raise ValueError(f"job {spec.id!r}: no global batch in [{spec.min_batch}, {spec.max_batch}] fits {k} GPUs")
             batch = hi
-        shares.append((spec.id, Share(gpus=k, batch=batch, nodes=tuple(nodes))))
+        shares.append((spec.id, Share(gpus=k, global_batch=batch, nodes=tuple(nodes))))
     return Allocation(tuple(shares))
 
 

@@ -47,7 +47,7 @@ def _fits_alone(job: JobSpec, capacity: int, policy: Policy, time: float) -> boo
 def _record_changes(track: _Tracking, now: float, previous: Allocation, new: Allocation) -> None:
     for job_id, share in new.shares:
         if previous.get(job_id) != share:
-            track.schedule.append(ScheduleRow(now, job_id, share.gpus, share.batch, share.accum_steps))
+            track.schedule.append(ScheduleRow(now, job_id, share.gpus, share.global_batch, share.accum_steps))
     for job_id, _ in previous.shares:
         if job_id not in new:
             track.schedule.append(ScheduleRow(now, job_id, 0, 0))

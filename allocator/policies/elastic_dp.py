@@ -55,7 +55,7 @@ def allocate_by_dp(jobs: Sequence[JobSpec], capacity: int, batches: Sequence[int
     counts, _ = solve_dp(values, capacity)
     return Allocation(
         tuple(
-            (job.id, Share(gpus=int(k), batch=int(t.batches[k]), accum_steps=t.accum_steps(int(k))))
+            (job.id, Share(gpus=int(k), global_batch=int(t.batches[k]), accum_steps=t.accum_steps(int(k))))
             for job, t, k in zip(jobs, tables, counts)
         )
     )

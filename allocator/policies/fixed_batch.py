@@ -83,7 +83,7 @@ class FixedBatchFCFS:
             if gpus is None or gpus > free:
                 raise InfeasibleError(f"job {job.id!r} needs {gpus} GPUs with batch {batch}; {free} free")
             table = job_table(job, snapshot.capacity, batch)
-            shares.append((job.id, Share(gpus=gpus, batch=int(table.batches[gpus]), accum_steps=table.accum_steps(gpus))))
+            shares.append((job.id, Share(gpus=gpus, global_batch=int(table.batches[gpus]), accum_steps=table.accum_steps(gpus))))
             free -= gpus
         return Allocation(tuple(shares))
 

@@ -140,7 +140,7 @@ class GoodputDP:
         values, rows = self._values(snapshot)
         counts, _ = solve_dp(values, snapshot.capacity)
         return Allocation(
-            tuple((j.id, Share(gpus=int(k), batch=int(r.batches[k]), accum_steps=int(r.accum[k]))) for j, r, k in zip(jobs, rows, counts))
+            tuple((j.id, Share(gpus=int(k), global_batch=int(r.batches[k]), accum_steps=int(r.accum[k]))) for j, r, k in zip(jobs, rows, counts))
         )
 
     def _values(self, snapshot: ClusterSnapshot) -> tuple[np.ndarray, list]:

@@ -41,7 +41,7 @@ class Tables:
 
     def share(self, index: int, gpus: int) -> Share:
         table = self.tables[index]
-        return Share(gpus=gpus, batch=int(table.batches[gpus]), accum_steps=table.accum_steps(gpus))
+        return Share(gpus=gpus, global_batch=int(table.batches[gpus]), accum_steps=table.accum_steps(gpus))
 
 
 def build_tables(jobs: Sequence[JobSpec], capacity: int) -> Tables:

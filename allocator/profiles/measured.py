@@ -69,7 +69,7 @@ def rate_value(job: RunningJob, batch: int, samples_per_s: float) -> float:
 
 def predicted_rate(spec: JobSpec, share: Share) -> float:
     """The model's samples/s for ``share`` (the spec's profile: the job's refit when it has one)."""
-    return throughput(spec.profile, share.batch, share.gpus, share.accum_steps)
+    return throughput(spec.profile, share.global_batch, share.gpus, share.accum_steps)
 
 
 def _best(job: RunningJob, table: MeasuredTable, gpus: int, value: Value) -> MeasuredRate | None:
@@ -87,14 +87,14 @@ def trusted_share(job: RunningJob, share: Share, settings: TrustSettings = Trust
     if best is None:
         return share
     best_value = value(job, best.batch, best.samples_per_s)
-    to_best = replace(share, batch=best.batch, accum_steps=best.accum_steps)
-    seen = table.rate(share.gpus, share.batch, share.accum_steps)
+    to_best = replace(share, global_batch=best.batch, accum_steps=best.accum_steps)
+    seen = table.rate(share.gpus, share.global_batch, share.accum_steps)
     if seen is not None:
         return share if value(job, seen.batch, seen.samples_per_s) >= (1 - settings.tolerance) * best_value else to_best
     explored = len(table.at(share.gpus)) - 1  # the first configuration on k GPUs was no exploration
     if explored >= settings.max_explorations:
         return to_best
-    promised = value(job, share.batch, predicted_rate(job.spec, share))
+    promised = value(job, share.global_batch, predicted_rate(job.spec, share))
     return share if promised > (1 + settings.tolerance) * best_value else to_best
 
 

@@ -49,9 +49,9 @@ class RescaleCost:
 
 def checkpointed_rate(spec: JobSpec, share: Share, cost: RescaleCost) -> float:
     """Samples/s on ``share`` with the checkpoint writes' time spread over the steps: B / (t_step + c)."""
-    rate = throughput(spec.profile, share.batch, share.gpus, share.accum_steps)
+    rate = throughput(spec.profile, share.global_batch, share.gpus, share.accum_steps)
     extra = cost.checkpoint_per_step_s
-    return rate if rate <= 0 or extra == 0 else share.batch / (share.batch / rate + extra)
+    return rate if rate <= 0 or extra == 0 else share.global_batch / (share.global_batch / rate + extra)
 
 
 def classify(before: Share | None, after: Share | None, cost: RescaleCost) -> tuple[RescaleKind, float]:

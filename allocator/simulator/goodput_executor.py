@@ -103,11 +103,11 @@ class GoodputSimExecutor(ModelledCluster[_Job]):
 
     def rates(self, spec: JobSpec, share: Share) -> list[float]:
         """Goodput of ``share`` in each piece of the job's noise trajectory."""
-        step = step_time(spec, share.batch, share.gpus, share.accum_steps, self._per_host)
+        step = step_time(spec, share.global_batch, share.gpus, share.accum_steps, self._per_host)
         if not math.isfinite(step):
             return [0.0] * len(self.trajectory(spec).values)
         b0 = base_batch(spec)
-        return [share.batch / step * float(efficiency(v, b0, share.batch)) for v in self.trajectory(spec).values]
+        return [share.global_batch / step * float(efficiency(v, b0, share.global_batch)) for v in self.trajectory(spec).values]
 
     def _new_job(self, spec: JobSpec, now: float) -> _Job:
         return _Job(spec, self.trajectory(spec), since=now, paused_until=now, rate_for=lambda share: self.rates(spec, share))

@@ -33,7 +33,7 @@ def plan_as_dict(plan: Plan) -> dict[str, object]:
             {
                 "job": j.job_id,
                 "gpus": j.share.gpus if j.share else 0,
-                "batch": j.share.batch if j.share else 0,
+                "batch": j.share.global_batch if j.share else 0,
                 "batch_per_gpu": j.share.batch_per_gpu if j.share else 0,
                 "samples_per_s": round(j.samples_per_s, 3),
                 "goodput_per_s": round(j.goodput_per_s, 3),
@@ -58,7 +58,7 @@ def _table(plan: Plan) -> Table:
         table.add_row(
             j.job_id,
             str(j.share.gpus),
-            str(j.share.batch),
+            str(j.share.global_batch),
             str(j.share.batch_per_gpu),
             f"{j.samples_per_s:,.0f}",
             *((f"{j.goodput_per_s:,.0f}",) if goodput else ()),

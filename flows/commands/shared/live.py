@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 def running_summary(report: StepReport) -> str:
     """``job-a 2 GPU × 128, job-b 1 GPU × 64`` (global batch), or who is waiting."""
-    shares = [f"{job} {share.gpus} GPU × {share.batch}" for job, share in report.allocation.shares if share.gpus > 0]
+    shares = [f"{job} {share.gpus} GPU × {share.global_batch}" for job, share in report.allocation.shares if share.gpus > 0]
     text = ", ".join(shares) or "no job running"
     if report.queued:
         text += f"; {report.queued} queued"
