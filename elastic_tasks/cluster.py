@@ -92,6 +92,10 @@ def gpu_workers(client: Client) -> list[str]:
     return sorted(addr for addr, w in info.items() if w.get("resources", {}).get(GPU_RESOURCE, 0) >= 1)
 
 
+class NoFreeWorkers(ValueError):
+    """A take found fewer free workers than asked for: nothing was taken, the caller may wait."""
+
+
 @dataclass(slots=True)
 class WorkerPool:
     """Which GPU workers are free; jobs take and give back whole workers.
@@ -139,7 +143,7 @@ class WorkerPool:
             free = self.free()
         if n > len(free):
             draining = f", {len(self.draining)} still ending a rank" if self.draining else ""
-            raise ValueError(f"gpus={n!r}: only {len(free)} free GPU worker(s) of {len(self.alive())}{draining}")
+            raise NoFreeWorkers(f"gpus={n!r}: only {len(free)} free GPU worker(s) of {len(self.alive())}{draining}")
         chosen = choose_workers(free, n, held=[a for a, owner in self.busy.items() if owner == job_id])
         for addr in chosen:
             self.busy[addr] = job_id

@@ -19,7 +19,9 @@ are the ones free *now*, and a job that is finishing keeps its workers until it 
 collects the jobs whose ranks already finished (their workers are what it was planned onto),
 and if that is not enough it waits: the job keeps its planned share in the loop (it shows as
 starting), ``waiting_starts`` asks the loop to decide again, and every ``apply`` tries the start
-again until the workers are there.
+again until the workers are there. A grow that finds too few free workers (a plan that counted
+on a worker another job still holds) waits the same way: the job trains on at its size
+(``in_effect`` says so) and every ``apply`` tries the grow again.
 
 Units of work (one physics, ``allocator.physics.choice``). A job that carries a ``noise_scale``, and
 every job under a ``noise_model`` (the goodput policy the loop runs, e.g. ``goodput_dp``),
@@ -52,7 +54,7 @@ from allocator.physics.goodput import NoiseModel, SpecNoise, WorkMeter, raw_samp
 from allocator.physics.throughput import throughput
 from allocator.wall_split import WallSplit, job_split
 from allocator.types import Allocation, JobSpec, MeasuredTable, RescaleEvent, RescaleKind, Share, ThroughputProfile
-from elastic_tasks.cluster import WorkerPool
+from elastic_tasks.cluster import NoFreeWorkers, WorkerPool
 from elastic_tasks.coordinator.job import JobCoordinator
 from elastic_tasks.coordinator.outcomes import JobResult
 from elastic_tasks.coordinator.packing import host_of
@@ -97,7 +99,7 @@ class _Tracked:
     """Everything the executor knows of one job: one record, not a container per fact."""
 
     coordinator: JobCoordinator | None = None  # None: never started here (or waiting for workers)
-    waiting: Share | None = None  # a start that found too few free workers: the share planned
+    waiting: Share | None = None  # a start or grow that found too few free workers: the share planned
     meter: WorkMeter | None = None  # base-batch-equivalent work, when it is metered
     refit: JobRefit | None = None  # its measured model; kept across a restart of the job
     launched_at: float | None = None  # epoch seconds it was first started (its wall split's start)
@@ -182,9 +184,9 @@ class DaskExecutor:
         # Free workers before taking any: stops, then shrinks, then grows and starts.
         changes.sort(key=lambda c: (c[2] is not None, c[1] is None, (c[2].gpus - c[1].gpus) if c[1] and c[2] else 0))
         changed = {job_id for job_id, _, _ in changes}
-        # Starts that waited for workers and whose share did not change: try them again, last.
+        # Starts and grows that waited for workers and whose share did not change: try them again, last.
         retries = [
-            (job_id, None, share)
+            (job_id, self._share_now(t), share)
             for job_id, t in list(self._tracked.items())
             if t.waiting is not None and job_id not in changed and (share := new.get(job_id)) is not None
         ]
@@ -203,8 +205,17 @@ class DaskExecutor:
         return events
 
     def waiting_starts(self, now: float) -> tuple[str, ...]:
-        """Jobs planned to run whose start waits for free workers (the loop decides again while any do)."""
+        """Jobs whose planned start or grow waits for free workers (the loop decides again while any do)."""
         return tuple(j for j, t in self._tracked.items() if t.waiting is not None and t.failure is None)
+
+    @staticmethod
+    def _share_now(t: _Tracked) -> Share | None:
+        """What a live job trains on now (None: not started), the ``before`` of a retried grow."""
+        job = t.coordinator
+        if job is None or not t.live or not job.members:
+            return None
+        world = job.world_size
+        return Share(world, max(job.global_batch, world))
 
     def _free_for_start(self, n: int) -> bool:
         """At least ``n`` free workers, after collecting jobs whose ranks finished but still hold theirs."""
@@ -249,7 +260,13 @@ class DaskExecutor:
             )
             outcome = t.coordinator.start(after.gpus, after.global_batch, after.accum_steps)
             return RescaleEvent(now, job_id, None, after, RescaleKind.START, outcome.pause_s, measured=True)
-        outcome = job.rescale(after.gpus, after.global_batch, accum_steps=after.accum_steps)
+        try:
+            outcome = job.rescale(after.gpus, after.global_batch, accum_steps=after.accum_steps)
+        except NoFreeWorkers:
+            # Nothing was taken or published: the job trains on at its size, the grow waits.
+            t.waiting = after
+            return None
+        t.waiting = None
         if outcome is None:
             return None  # the job ended first: nothing was rescaled, its completion frees it
         kind = RescaleKind.BATCH if outcome.kind == PlanKind.BATCH else RescaleKind.IN_PLACE
@@ -257,7 +274,7 @@ class DaskExecutor:
 
     def _fail(self, job_id: str, reason: str) -> None:
         t = self._get(job_id)
-        t.failure = reason
+        t.failure, t.waiting = reason, None
         if t.coordinator is not None:
             t.coordinator.abandon()
         else:
@@ -383,7 +400,7 @@ class DaskExecutor:
                 t.result = job.collect()
             else:
                 continue
-            t.reported = True
+            t.reported, t.waiting = True, None  # a grow it waited for is moot
             done.append(job_id)
         return done
 

@@ -130,3 +130,33 @@ def test_a_job_stopped_and_started_again_resumes_and_its_end_is_reported(client,
     result = executor.results["a"]
     # Resumed, not started over: the second run's ranks began at a checkpoint of the first.
     assert result.samples_seen == a.total_samples and min(h.step for h in result.history) > 0
+
+
+def test_a_grow_that_finds_too_few_free_workers_waits_and_the_job_trains_on(client):
+    """A plan that grows a job onto a worker another job still holds: the job trains on at its
+    size (it used to fail for good: ``gpus=1: only 0 free GPU worker(s)``), the loop is asked to
+    decide again, and once the holder stops, the same plan grows it in place."""
+    a = make_job("a", PROFILE, workload="mlp", total_samples=10_000_000, min_batch=32, max_batch=64, max_gpus=2)
+    b = make_job("b", PROFILE, workload="mlp", total_samples=10_000_000, min_batch=32, max_batch=64, max_gpus=2)
+    specs = {"a": a, "b": b}
+    executor = _executor(client)
+    side_by_side = Allocation((("a", Share(1, 32)), ("b", Share(1, 32))))
+    executor.apply(0.0, Allocation(), side_by_side, specs)
+    _until(lambda: all((s := executor.jobs[j].status()) is not None and s.step >= 2 for j in "ab"))
+
+    stale = Allocation((("a", Share(2, 64)), ("b", Share(1, 32))))  # counted on b's worker
+    assert executor.apply(1.0, side_by_side, stale, specs) == []
+    assert executor.failed(1.0) == [] and waiting_starts(executor, 1.0) == ("a",)
+    assert executor.jobs["a"].world_size == 1
+    assert executor.in_effect(stale).get("a").gpus == 1  # the loop can see what a really holds
+    step_then = executor.jobs["a"].status().step
+    _until(lambda: executor.jobs["a"].status().step > step_then)  # a trains on
+
+    # b leaves; a's share is unchanged, so only the retry can grow it.
+    after = Allocation((("a", Share(2, 64)),))
+    events = executor.apply(2.0, stale, after, specs)
+    assert [(e.job_id, e.kind) for e in events] == [("b", RescaleKind.STOP), ("a", RescaleKind.IN_PLACE)]
+    assert executor.jobs["a"].world_size == 2 and waiting_starts(executor, 2.0) == ()
+    assert executor.failed(2.0) == []
+    executor.apply(3.0, after, Allocation(), specs)
+    assert not executor.pool.busy
