@@ -155,3 +155,31 @@ def test_embedded_store_keeps_artifacts_in_the_state_directory(tmp_path, monkeyp
     t.end_run(run)
     assert list(state.glob("mlartifacts/*/artifacts/note.md"))
     assert not (tmp_path / "mlruns").exists()
+
+
+def test_a_flow_whose_store_goes_away_journals_like_the_service_and_replays(tmp_path):
+    """One failure policy for flows and service: a local store whose directory is taken away mid-run
+    (sqlite cannot open it: an OperationalError, which the flows' tracker used to raise into the
+    flow) is journaled and sent, in order, once the store is back."""
+    store_dir = tmp_path / "mlflow"
+    store_dir.mkdir()
+    uri = f"sqlite:///{store_dir / 'mlflow.db'}"
+    told: list[str] = []
+    t = Tracker(uri, "exp", tmp_path / "buffer.jsonl", notify=told.append, retry_every_s=0.0)
+    run = t.start_run("job-a", params={"max_gpus": 2})
+    t.log_metrics(run, [MetricPoint("loss", 3.0, 0)])
+    aside = store_dir.with_name("mlflow.aside")
+    store_dir.rename(aside)
+    store_dir.write_text("not a directory")  # the store's directory is a file now: nothing opens it
+    t.log_metrics(run, [MetricPoint("loss", 2.0, 1)])  # must not raise into the flow
+    t.log_metrics(run, [MetricPoint("loss", 1.5, 2)])
+    assert (tmp_path / "buffer.jsonl").stat().st_size > 0 and told, told
+    store_dir.unlink()
+    aside.rename(store_dir)
+    t.end_run(run)
+    assert t.flush() and not t.offline
+
+    client = MlflowClient(uri)
+    (only,) = client.search_runs([client.get_experiment_by_name("exp").experiment_id])
+    assert sorted((m.step, m.value) for m in client.get_metric_history(only.info.run_id, "loss")) == [(0, 3.0), (1, 2.0), (2, 1.5)]
+    assert only.info.status == "FINISHED"

@@ -13,9 +13,9 @@ from flows.config.local_state import DamagedStateError, check_sqlite
 from service.tracking.buffered import OFFLINE_PREFIX, PARENT_TAG, BufferedTracker, MetricPoint
 from service.tracking.failures import StoreDamagedError
 from service.tracking.failures import store_damaged as _store_damaged
-from service.tracking.failures import unreachable
+from service.tracking.failures import store_unavailable, unreachable
 
-__all__ = ["OFFLINE_PREFIX", "PARENT_TAG", "MetricPoint", "Tracker", "store_damaged", "tracker_from_settings", "unavailable"]
+__all__ = ["OFFLINE_PREFIX", "PARENT_TAG", "MetricPoint", "Tracker", "journaled", "store_damaged", "tracker_from_settings", "unavailable"]
 
 
 def store_damaged(exc: BaseException) -> bool:
@@ -31,6 +31,13 @@ def store_damaged(exc: BaseException) -> bool:
 def unavailable(exc: BaseException) -> bool:
     """The store cannot be used now: the server is unreachable or the local store is damaged."""
     return unreachable(exc) or store_damaged(exc)
+
+
+def journaled(exc: BaseException) -> bool:
+    """Which failures the flows' tracker journals and replays: the service's reading
+    (``store_unavailable``: any failure of the store rather than of the request), so flows and
+    service keep one policy; plus a local store this package found damaged."""
+    return store_unavailable(exc) or store_damaged(exc)
 
 
 def _say(message: str) -> None:
@@ -65,7 +72,7 @@ class Tracker(BufferedTracker):
     ) -> None:
         super().__init__(
             tracking_uri, experiment, buffer_path, timeout_s=timeout_s, retry_every_s=retry_every_s, notify=notify,
-            artifact_location=artifact_location, check_store=_check_local_store, unavailable=unavailable,
+            artifact_location=artifact_location, check_store=_check_local_store, unavailable=journaled,
         )  # fmt: skip
 
 
