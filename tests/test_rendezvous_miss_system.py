@@ -1,7 +1,8 @@
 """A rank that never reaches its generation's rendezvous: its peers must not wait the data timeout.
 
 Real gloo ranks on a 3-worker LocalCluster. ``MALLEABLE_SIMULATE_LATE_RANK=VERSION:RANK:SECONDS``
-holds one rank of one generation back before it checks in (it sleeps well past the control
+holds one rank of one generation back before it checks in (``MALLEABLE_SIMULATE_LATE_CONNECT``:
+after it checked in, before it connects) (it sleeps well past the control
 timeout, as a rank whose worker was busy elsewhere did in docs/benchmarks.md's 15:36 run).
 The data timeout is 600 s and the control timeout 10 s: the peers must leave group formation on
 the control plane's bound and the job must go on without the missing rank, with every step's
@@ -19,7 +20,7 @@ from elastic_tasks.cluster import WorkerPool, warm_up
 from elastic_tasks.coordinator.job import JobCoordinator
 from elastic_tasks.coordinator.lifecycle import CoordinatorState
 from elastic_tasks.protocol import TrainConfig
-from elastic_tasks.rank.process_group import LATE_RANK_ENV
+from elastic_tasks.rank.process_group import LATE_CONNECT_ENV, LATE_RANK_ENV
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -55,11 +56,12 @@ def late_rank(client):
     """Sets the hook in every worker for one test; afterwards waits until the late rank's task
     (given up by the coordinator, but a Dask task cannot be stopped) has left its worker."""
 
-    def hold(version, rank, seconds):
-        client.run(_set_env, LATE_RANK_ENV, f"{version}:{rank}:{seconds:g}")
+    def hold(version, rank, seconds, env=LATE_RANK_ENV):
+        client.run(_set_env, env, f"{version}:{rank}:{seconds:g}")
 
     yield hold
-    client.run(_set_env, LATE_RANK_ENV, None)
+    for env in (LATE_RANK_ENV, LATE_CONNECT_ENV):
+        client.run(_set_env, env, None)
     deadline = time.monotonic() + 200
     while any(client.run(_running).values()) and time.monotonic() < deadline:
         time.sleep(0.5)
@@ -125,3 +127,21 @@ def test_a_joiner_that_never_checks_in_the_members_train_on(client, late_rank):
     assert all(h.world_size == 2 for h in result.history)
     S = CoordinatorState
     assert job.lifecycle.history == (S.INIT, S.STARTING, S.RUNNING, S.RESCALING, S.RECOVERING, S.RUNNING, S.SUCCEEDED)
+
+
+def test_a_rank_lost_after_checking_in_before_connecting_the_others_train_on(client, late_rank):
+    # Rank 1 checks in, then is held before gloo's connect: its peers are in the connect, which
+    # used to take the data timeout (600 s) as its bound; it is the control timeout's now.
+    late_rank(0, 1, 100, env=LATE_CONNECT_ENV)
+    job = _job(client, "late-connect")
+    t0 = time.monotonic()
+    outcome = job.start(3)
+    waited = time.monotonic() - t0
+    assert waited < HANG_BOUND_S, f"start took {waited:.0f} s: the peers waited in gloo's connect"
+    (rec,) = job.recoveries
+    uids = [f"{job.job_id}-r{n}" for n in range(3)]
+    assert (rec.failed_version, rec.lost, rec.survivors) == (0, (uids[1],), (uids[0], uids[2]))
+    assert outcome.after == 2 and job.world_size == 2
+    result = job.wait(240)
+    _assert_every_sample_once(result)
+    assert all(h.world_size == 2 for h in result.history)

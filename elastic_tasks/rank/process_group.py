@@ -9,7 +9,10 @@ gloo's full-mesh connect waited the data timeout (600 s) for a rank that never c
 (docs/benchmarks.md, the 15:36 run). So every rank first checks in on the store
 (``arrival_barrier``), a control-plane wait (``timeout_s``; the plan wait where ranks may still
 be starting); the group forms only once all have, and a missing rank fails the generation's
-rendezvous, naming it, which sends its peers into recovery as a lost peer does.
+rendezvous, naming it, which sends its peers into recovery as a lost peer does. A rank that
+dies between the barrier and the connect is the same case one step later: the group is formed
+with the control timeout (all ranks have checked in, so the connect is quick), and only then
+given the data timeout for its collectives.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from elastic_tasks.rank.health.hang_watch import configure_nccl_error_mode
 # Fault injection (tests): "VERSION:RANK:SECONDS" makes that rank of that generation sleep
 # before it checks in, as a rank held elsewhere would (its worker busy, its host overloaded).
 LATE_RANK_ENV = "MALLEABLE_SIMULATE_LATE_RANK"
+# The same, after the rank checked in and before it connects (a rank lost between the two).
+LATE_CONNECT_ENV = "MALLEABLE_SIMULATE_LATE_CONNECT"
 # Store keys of the arrival barrier (the store is the generation's own: no version in them).
 _ARRIVED = "malleable/arrived"
 _OUTCOME = "malleable/rendezvous"
@@ -62,10 +67,12 @@ class ProcessGroups:
             store = dist.TCPStore(host, port, world, is_master=False, timeout=timeout)
         # Keep the previous generation's store alive a little longer: a slow peer may still close on it.
         self._stores = [*self._stores[-1:], store]
-        _simulate_late_rank(version, rank)
+        _simulate_late_rank(LATE_RANK_ENV, version, rank)
         arrival_barrier(store, version, rank, world, arrive_within_s or self.config.timeout_s)
-        data_timeout = timedelta(seconds=self.config.data_timeout_s)
-        dist.init_process_group(process_group_backend(self.backend), store=store, rank=rank, world_size=world, timeout=data_timeout)
+        _simulate_late_rank(LATE_CONNECT_ENV, version, rank)
+        dist.init_process_group(process_group_backend(self.backend), store=store, rank=rank, world_size=world, timeout=timeout)
+        # torch's only way to give a formed group another timeout (private, present since 2.3).
+        dist.distributed_c10d._set_pg_timeout(timedelta(seconds=self.config.data_timeout_s))
 
     @staticmethod
     def drop() -> None:
@@ -101,8 +108,8 @@ def arrival_barrier(store: dist.Store, version: int, rank: int, world: int, time
     raise TimeoutError(f"rank {rank} reached generation {version}'s rendezvous after its peers gave up on it ({timeout_s:g} s)")
 
 
-def _simulate_late_rank(version: int, rank: int) -> None:
-    value = os.environ.get(LATE_RANK_ENV, "")
+def _simulate_late_rank(env: str, version: int, rank: int) -> None:
+    value = os.environ.get(env, "")
     if not value:
         return
     try:
@@ -110,6 +117,6 @@ def _simulate_late_rank(version: int, rank: int) -> None:
         target = (int(late_version), int(late_rank))
         delay = float(seconds)
     except ValueError:
-        raise ValueError(f"{LATE_RANK_ENV}={value!r}: expected VERSION:RANK:SECONDS") from None
+        raise ValueError(f"{env}={value!r}: expected VERSION:RANK:SECONDS") from None
     if target == (version, rank):
         time.sleep(delay)
