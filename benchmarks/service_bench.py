@@ -58,7 +58,7 @@ from allocator.types import ClusterSnapshot  # noqa: E402
 from service.client import ServiceClient  # noqa: E402
 from service.feed import StoreFeed  # noqa: E402
 from service.jobs.jobspec import spec_from_entry  # noqa: E402
-from service.records import JobState  # noqa: E402
+from service.store.records import JobState  # noqa: E402
 from service.store import JobStore  # noqa: E402
 
 PROFILE = {
@@ -145,7 +145,7 @@ def drop_postgres(url: str) -> None:
 
 def fill_queue(store: JobStore, n: int) -> None:
     """``n`` queued jobs, written in one transaction per 1000 (the figures are about reading them)."""
-    from service.records import Submission
+    from service.store.records import Submission
 
     e = spec_from_entry(entry("q", 100_000, max_gpus=8, max_batch=512))
     for lo in range(0, n, 1000):

@@ -49,7 +49,7 @@ from flows.service_tasks import live_service, service_gpus, submit_at_arrivals, 
 from service.embedded import EmbeddedService
 from service.job_metrics import mean_rescale_pause_s
 from service.redaction import redact_url
-from service.records import JobRow
+from service.store.records import JobRow
 from service.runner import ServiceConfig
 
 def entrypoint_for(spec: JobSpec) -> str:

@@ -42,7 +42,7 @@ from flows.config.settings import Settings, load_settings
 from flows.recording.tracking import MetricPoint, Tracker, tracker_from_settings
 from service.embedded import EmbeddedService
 from service.redaction import redact_url
-from service.records import JobRow, JobState
+from service.store.records import JobRow, JobState
 from service.runner import ServiceConfig
 
 CANCEL_WAIT_S = 30.0  # a timed-out stage's jobs get this long to stop before the flow fails

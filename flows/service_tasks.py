@@ -19,7 +19,7 @@ from allocator.types import JobSpec
 from flows.config.settings import Settings
 from service.client import ServiceClient
 from service.store.lease import Lease
-from service.records import JobRow
+from service.store.records import JobRow
 from service.store import JobStore, StoreError
 
 if TYPE_CHECKING:

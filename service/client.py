@@ -17,7 +17,7 @@ from pathlib import Path
 from allocator.types import JobSpec
 from service.jobs.jobspec import spec_from_entry
 from service.jobs.priors import with_profile
-from service.records import JobRow, JobState, Submission, Submitted
+from service.store.records import JobRow, JobState, Submission, Submitted
 from service.store import JobStore, not_owner, submitter_identity
 
 log = logging.getLogger(__name__)

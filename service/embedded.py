@@ -15,7 +15,7 @@ from allocator.loop import LoopResult, StepReport
 from allocator.types import JobSpec
 from elastic_tasks.coordinator.outcomes import JobResult
 from service.client import ServiceClient, wait_until_done
-from service.records import JobRow
+from service.store.records import JobRow
 from service.runner import Service, ServiceConfig
 
 

@@ -17,7 +17,7 @@ from allocator.loop.sources import Arrivals
 from allocator.types import JobSpec
 from service.jobs.entrypoints import entry_module, not_allowed, not_importable
 from service.store.listen import Listener
-from service.records import JobRow, JobState
+from service.store.records import JobRow, JobState
 from service.store import JobStore
 
 

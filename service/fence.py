@@ -17,7 +17,7 @@ from distributed import Client
 
 from elastic_tasks.board import JobBoard
 from elastic_tasks.coordinator.orphans import has_stopped, stop_orphaned
-from service.records import JobRow, LeaseInfo
+from service.store.records import JobRow, LeaseInfo
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from service.records import AllocationRow, JobRow, JobState
+from service.store.records import AllocationRow, JobRow, JobState
 
 if TYPE_CHECKING:
     from elastic_tasks.coordinator.outcomes import JobResult

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Protocol
 from allocator.loop import JobTransition, StepReport
 from allocator.types import Share
 from allocator.wall_split import WallSplit
-from service import schema
+from service.store import schema
 from service.display import ERROR_CHARS, shown
 from service.job_metrics import service_job_metrics
-from service.records import RESUMABLE, AllocationRow, JobState
+from service.store.records import RESUMABLE, AllocationRow, JobState
 from service.store import JobStore
 from service.tracking import ServiceTracking
 

@@ -27,7 +27,7 @@ from elastic_tasks.executor import DaskExecutor, JobSettings, WallClock
 from service.feed import StoreFeed
 from service.fence import fence
 from service.store.lease import Lease, Taken
-from service.records import RESUMABLE, JobState
+from service.store.records import RESUMABLE, JobState
 from service.recorder import StoreRecorder
 from service.store import JobStore, redact
 from service.tracking import ServiceTracking, service_journal

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.commands.cli import app
-from service.records import JobState
+from service.store.records import JobState
 from service.store import JobStore
 
 runner = CliRunner()
@@ -98,7 +98,7 @@ def test_jobs_lists_cancel_ends_a_queued_job_and_wait_reports_it_as_not_finished
 
 
 def test_jobs_shows_each_generations_predicted_and_measured_samples_per_second(cli):
-    from service.records import AllocationRow
+    from service.store.records import AllocationRow
 
     invoke, store, tmp = cli
     job = invoke("submit", "mlp_tiny", "--samples", "1000", "--name", "g", "--profile", str(tmp / "profile.json")).output.split()[-1]

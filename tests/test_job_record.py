@@ -18,11 +18,11 @@ from allocator.physics.noise import NoiseTrajectory
 from allocator.profiles.io import profile_to_dict
 from allocator.specs import spec_from_dict, spec_to_dict
 from allocator.types import AllreduceModel, JobSpec, ThroughputProfile
-from service import schema
+from service.store import schema
 from service.client import ServiceClient
 from service.feed import StoreFeed
 from service.jobs.jobspec import spec_from_entry
-from service.records import Submission
+from service.store.records import Submission
 from service.store import JobStore
 from tests.factories import make_profile
 from tests.service_helpers import job_entry

@@ -42,7 +42,7 @@ def test_a_recipe_that_fails_to_build_fails_its_job_from_the_ranks_and_the_servi
     fails that job (its error names the entry point), and the next job still finishes."""
     from deploy.clusters import connect
     from service.client import ServiceClient
-    from service.records import JobState
+    from service.store.records import JobState
     from service.runner import Service, ServiceConfig
     from tests.service_helpers import job_entry
 

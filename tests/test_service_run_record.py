@@ -11,7 +11,7 @@ from allocator.metrics import summarise
 from allocator.types import RescaleKind
 from service.client import ServiceClient
 from service.job_metrics import gpu_seconds, service_job_metrics
-from service.records import AllocationRow, JobState
+from service.store.records import AllocationRow, JobState
 from service.store import JobStore
 from tests.service_helpers import job_entry
 

@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from service.client import ServiceClient
-from service.records import JobState
+from service.store.records import JobState
 from service.store import JobStore
 from tests.test_service_system import entry, service_env, wait_until  # noqa: F401 - the fixture
 
@@ -91,7 +91,7 @@ def test_three_sigterms_stop_at_once_and_leave_the_store_consistent(service_env)
     assert store.job(job).state is JobState.SUSPENDED, out
     from sqlalchemy import select
 
-    from service import schema
+    from service.store import schema
 
     with store.engine.connect() as conn:
         assert conn.execute(select(schema.lease.c.holder)).scalar() is None

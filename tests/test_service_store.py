@@ -10,11 +10,11 @@ import textwrap
 import pytest
 from sqlalchemy import update
 
-from service import schema
+from service.store import schema
 from service.client import ServiceClient
 from service.store.lease import Lease, LeaseHeldError
 from service.jobs.jobspec import spec_from_entry
-from service.records import AllocationRow, JobState, Submission
+from service.store.records import AllocationRow, JobState, Submission
 from service.store import NOTIFY_CHANNEL, IdempotencyConflict, JobStore, StoreError, StoreVersionError, UnknownJobError
 from tests.service_helpers import drop_postgres, job_entry, postgres_url
 

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from service.client import ServiceClient
-from service.records import JobState
+from service.store.records import JobState
 from service.store import JobStore
 
 pytestmark = pytest.mark.slow

@@ -19,7 +19,7 @@ from flows.commands.cli import app
 from service.client import ServiceClient
 from service.feed import StoreFeed
 from service.jobs.jobspec import spec_from_entry
-from service.records import JobState, Submission
+from service.store.records import JobState, Submission
 from service.runner import ServiceConfig
 from service.store import JobStore, StorePermissionError
 from tests.service_helpers import drop_postgres, job_entry, postgres_url

@@ -115,7 +115,7 @@ def jobs(
     generations: Annotated[bool, typer.Option("--generations", help="Also each job's generations: GPUs x batch, predicted and measured samples/s.")] = False,
 ) -> None:
     """The service's jobs: state, GPUs, batch, progress, ETA (with --generations: predicted vs measured samples/s)."""
-    from service.records import JobState
+    from service.store.records import JobState
 
     if fmt not in ("table", "json"):
         fail(f"--format={fmt!r}: must be table or json")

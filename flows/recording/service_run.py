@@ -20,7 +20,7 @@ from allocator.metrics import summarise
 from allocator.types import JobSpec, RescaleEvent, RescaleKind
 from flows.recording.record import RecordedRun, finish_parent, outcomes
 from flows.recording.tracking import MetricPoint, Tracker
-from service.records import AllocationRow, JobRow, JobState
+from service.store.records import AllocationRow, JobRow, JobState
 
 
 def _share(gpus: int, batch: int) -> Share | None:

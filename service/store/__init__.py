@@ -18,10 +18,10 @@ from contextlib import contextmanager
 from sqlalchemy import bindparam, func, insert, inspect, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
 
-from service import schema
+from service.store import schema
 from service.jobs.jobspec import record_for_store, stored_record
 from service.redaction import redact_url
-from service.records import AllocationRow, JobRow, JobState, Submission, Submitted
+from service.store.records import AllocationRow, JobRow, JobState, Submission, Submitted
 
 
 # Errors and ownership live beside the store; imported here, where callers have always found them.

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from sqlalchemy import select, update
 
-from service import schema
-from service.records import LeaseInfo
+from service.store import schema
+from service.store.records import LeaseInfo
 from service.store import JobStore
 
 
