@@ -60,6 +60,7 @@ from elastic_tasks.coordinator.outcomes import JobResult
 from elastic_tasks.coordinator.packing import host_of
 from elastic_tasks.protocol import PlanKind, TrainConfig
 from elastic_tasks.coordinator.refit_watch import JobRefit, RefitSettings
+from elastic_tasks.tracked_job import TrackedJob
 
 
 class WallClock:
@@ -94,25 +95,6 @@ class JobSettings:
             raise ValueError(f"JobSettings.poll_s={self.poll_s!r}: must be > 0")
 
 
-@dataclass(slots=True)
-class _Tracked:
-    """Everything the executor knows of one job: one record, not a container per fact."""
-
-    coordinator: JobCoordinator | None = None  # None: never started here (or waiting for workers)
-    waiting: Share | None = None  # a start or grow that found too few free workers: the share planned
-    meter: WorkMeter | None = None  # base-batch-equivalent work, when it is metered
-    refit: JobRefit | None = None  # its measured model; kept across a restart of the job
-    launched_at: float | None = None  # epoch seconds it was first started (its wall split's start)
-    result: JobResult | None = None  # what its ranks returned, once collected
-    failure: str | None = None
-    reported: bool = False  # its end (completed, failed, stopped, suspended) was told to the loop
-    samples_before: float = 0.0  # a job started again after a stop: what its earlier run had trained
-
-    @property
-    def live(self) -> bool:  # started, and its end neither reported nor failed
-        return self.coordinator is not None and not self.reported and self.failure is None
-
-
 class DaskExecutor:
     def __init__(
         self,
@@ -133,7 +115,7 @@ class DaskExecutor:
         self.settings = settings
         self.clock = clock or WallClock()
         self.noise_model, self.refit = noise_model, refit
-        self._tracked: dict[str, _Tracked] = {}
+        self._tracked: dict[str, TrackedJob] = {}
 
     @property
     def jobs(self) -> dict[str, JobCoordinator]:
@@ -150,8 +132,8 @@ class DaskExecutor:
         t = self._tracked.get(job_id)
         return t.result if t is not None else None
 
-    def _get(self, job_id: str) -> _Tracked:
-        return self._tracked.setdefault(job_id, _Tracked())
+    def _get(self, job_id: str) -> TrackedJob:
+        return self._tracked.setdefault(job_id, TrackedJob())
 
     def entrypoint(self, spec: JobSpec) -> str:
         if callable(self._entry):
@@ -186,7 +168,7 @@ class DaskExecutor:
         changed = {job_id for job_id, _, _ in changes}
         # Starts and grows that waited for workers and whose share did not change: try them again, last.
         retries = [
-            (job_id, self._share_now(t), share)
+            (job_id, t.share_now(), share)
             for job_id, t in list(self._tracked.items())
             if t.waiting is not None and job_id not in changed and (share := new.get(job_id)) is not None
         ]
@@ -207,15 +189,6 @@ class DaskExecutor:
     def waiting_starts(self, now: float) -> tuple[str, ...]:
         """Jobs whose planned start or grow waits for free workers (the loop decides again while any do)."""
         return tuple(j for j, t in self._tracked.items() if t.waiting is not None and t.failure is None)
-
-    @staticmethod
-    def _share_now(t: _Tracked) -> Share | None:
-        """What a live job trains on now (None: not started), the ``before`` of a retried grow."""
-        job = t.coordinator
-        if job is None or not t.live or not job.members:
-            return None
-        world = job.world_size
-        return Share(world, max(job.global_batch, world))
 
     def _free_for_start(self, n: int) -> bool:
         """At least ``n`` free workers, after collecting jobs whose ranks finished but still hold theirs."""
@@ -323,7 +296,7 @@ class DaskExecutor:
         ok = status is not None and status.noise_scale is not None and status.noise_scale > 0
         return status.noise_scale if ok else None  # an odd report (an older rank's 0.0, a nan): "not estimated", never a stopped scheduler
 
-    def _watch(self, job_id: str, t: _Tracked) -> None:
+    def _watch(self, job_id: str, t: TrackedJob) -> None:
         """Feed the job's refit its latest status, with the hosts its workers span now."""
         assert t.coordinator is not None and t.refit is not None
         held = [addr for addr, owner in self.pool.busy.items() if owner == job_id]
@@ -363,7 +336,7 @@ class DaskExecutor:
         refit = self._tracked[job_id].refit if job_id in self._tracked else None
         return refit.generation_rate(share.gpus, share.global_batch) if refit is not None else None
 
-    def _metered(self, job_id: str, t: _Tracked) -> float:
+    def _metered(self, job_id: str, t: TrackedJob) -> float:
         """Feed the job's meter its latest status; the base-batch-equivalent samples done."""
         meter = t.meter
         assert meter is not None
