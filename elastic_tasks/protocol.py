@@ -63,9 +63,10 @@ class TrainConfig:
     straggler_threshold: float = 0.8
     noise_probe: bool = True  # measure the gradient noise scale (goodput_dp reads it); off only to measure its cost
     # The probe's average share of the step time at most (rank/noise/probe_schedule.py); None:
-    # no bound (every step the variance asks for is sampled, whatever it costs). Off by default
-    # for now: with 0.01 the quickstart's job-c failed to place ("gpus=2: only 1 free GPU
-    # worker(s) of 4") three runs in three, a timing-exposed placement fault not found yet.
+    # no bound (every step the variance asks for is sampled, whatever it costs). Off by default:
+    # on a small model the thinned samples cost the estimate its accuracy (mlp_tiny: relative
+    # error 0.4-0.6 against 0.04, docs/benchmarks.md). The placement failure once seen with it on
+    # ("gpus=2: only 1 free GPU worker(s)") was most likely a grow failing its job, which now waits.
     noise_probe_budget: float | None = None
     data_timeout_s: float = 600.0
     broadcast_chunk_mb: int = 256  # a state broadcast's staging buffer, at most (rank/state/chunked.py)
