@@ -94,7 +94,7 @@ class ModelledCluster(Generic[J]):
         while self._heap and self._heap[0][0] <= now + EPS:
             job_id = heapq.heappop(self._heap)[3]
             state = self._jobs[job_id]
-            state.done, state.since, state.finished = float(state.spec.total_samples), now, True
+            state.done, state.since, state.finished = float(state.spec.work_samples), now, True
             state.run(None)
             done.append(job_id)
             self._pop_stale()
