@@ -15,7 +15,7 @@ from prefect import flow, task
 
 from allocator.admission import OverflowMode
 from allocator.loop import LoopResult, LoopSettings
-from allocator.policies import make_policy, policy_parameters
+from allocator.policies import parse_policy
 from allocator.simulator import RescaleCost, physics_of, simulate
 from allocator.specs import JobsFile
 from allocator.types import JobSpec
@@ -47,10 +47,10 @@ def load_jobs(jobs_file: str) -> tuple[tuple[JobSpec, ...], int | None, str | No
 def simulate_loop(
     jobs: Sequence[JobSpec], policy: str, capacity: int, settings: LoopSettings, in_place_cost_s: float, start_cost_s: float = 0.0, checkpoint: tuple[float, int] = (0.0, 0)
 ) -> LoopResult:
-    # A policy that weighs rescale costs plans with this run's (as `malleable simulate` gives it).
-    params = {"rescale_cost_s": in_place_cost_s} if "rescale_cost_s" in policy_parameters(policy) else {}
+    # ``policy`` is a name or a variant (NAME:KEY=VALUE,...); a policy that weighs the pause a change
+    # costs reads this run's from the loop (RunningJob.change_cost_s), as by every other route.
     cost = RescaleCost(in_place_s=in_place_cost_s, start_s=start_cost_s, checkpoint_s=checkpoint[0], checkpoint_every=checkpoint[1])
-    return simulate(jobs, make_policy(policy, **params), capacity, settings, cost)
+    return simulate(jobs, parse_policy(policy).build(), capacity, settings, cost)
 
 
 @task(name="record-mlflow", retries=2, retry_delay_seconds=2)
