@@ -20,7 +20,7 @@ from allocator.admission import OverflowMode
 from allocator.physics.goodput import NoiseModel
 from allocator.loop import LoopResult, LoopSettings, StepReport, run_loop
 from allocator.profiles.measured import TrustSettings
-from allocator.policies import make_policy
+from allocator.policies import Policy, parse_policy
 from elastic_tasks.cluster import gpu_workers, warm_up_trainer
 from elastic_tasks.workloads import resolve_workload
 from elastic_tasks.executor import DaskExecutor, JobSettings, WallClock
@@ -61,9 +61,15 @@ class ServiceConfig:
                 raise ValueError(f"ServiceConfig.{name}={value!r}: must be a finite number > 0")
         if not (isinstance(self.checkpoint_every, int) and self.checkpoint_every >= 1):
             raise ValueError(f"ServiceConfig.checkpoint_every={self.checkpoint_every!r}: must be an integer >= 1 (jobs resume from checkpoints)")
-        make_policy(self.policy)
+        self.build_policy()  # a bad name or parameter fails here, naming it
         if self.policy.startswith("idle_nodes"):
             raise ValueError(f"ServiceConfig.policy={self.policy!r}: idle-node policies need node names, which the service's workers do not expose")
+
+
+    def build_policy(self) -> Policy:
+        """The configured policy: a name or a variant (``goodput_dp:p=-1``), built as every route
+        builds it (``allocator.policies.parse_policy``): what it leaves out is the policy's default."""
+        return parse_policy(self.policy).build()
 
 
 class Service:
@@ -152,7 +158,7 @@ class Service:
             clock = WallClock()
             self.started_ms = int(time.time() * 1000)  # the loop's t = 0 as a timestamp
             settings = JobSettings(timeout_s=cfg.collective_timeout_s, checkpoint_root=cfg.checkpoint_root, checkpoint_every=cfg.checkpoint_every, poll_s=cfg.poll_s)
-            policy = make_policy(cfg.policy)
+            policy = cfg.build_policy()
             # A goodput policy counts work in base-batch-equivalent samples: the executor counts the same way.
             noise_model = policy if isinstance(policy, NoiseModel) else None
             executor = self.executor = DaskExecutor(

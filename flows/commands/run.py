@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from allocator.policies import UnknownPolicyError, make_policy
+from allocator.policies import UnknownPolicyError, parse_policy
 from flows.commands.shared.common import prefect_state_or_fail, print_ui_hint, scheduler_or_fail, settings_or_fail
 from flows.commands.shared.tables import jobs_table, outcome_table
 from flows.commands.shared.console import EXIT_FAILED, console, err_console, fail
@@ -27,7 +27,7 @@ def run(
     try:
         spec = load_jobs_file(jobs_file)
         if policy is not None:
-            make_policy(policy)
+            parse_policy(policy).build()
         chosen = policy or spec.policy or settings.policy
         if chosen.startswith("idle_nodes"):
             # The loop's cluster is a GPU count; idle-node policies place jobs on named nodes.

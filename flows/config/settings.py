@@ -16,7 +16,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from allocator.admission import OverflowMode
-from allocator.policies import UnknownPolicyError, available_policies, make_policy
+from allocator.policies import UnknownPolicyError, available_policies, parse_policy
 from service.redaction import redact_url
 
 ENV_PREFIX = "MALLEABLE_"
@@ -77,7 +77,7 @@ class Settings(BaseSettings):
     @classmethod
     def _known_policy(cls, value: str) -> str:
         try:
-            make_policy(value)
+            parse_policy(value).build()
         except UnknownPolicyError:
             raise ValueError(f"unknown policy; choose one of {', '.join(available_policies())}") from None
         return value
