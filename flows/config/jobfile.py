@@ -61,6 +61,19 @@ def _load_noise_scales(raw: object, base: Path) -> dict[str, NoiseTrajectory]:
     return noise_scales_from_dict(out)
 
 
+def referenced_files(path: str | Path) -> dict[str, Path]:
+    """The files a jobs file names (``profiles.<name>``, ``noise_scales.<name>`` -> path): inputs of a run too."""
+    path = Path(path)
+    data = read_data_file(path, "jobs file")
+    out: dict[str, Path] = {}
+    for section in ("profiles", "noise_scales"):
+        entries = data.get(section) if isinstance(data, dict) else None
+        for name, ref in (entries or {}).items() if isinstance(entries, dict) else ():
+            if isinstance(ref, str):
+                out[f"{section}.{name}"] = (path.parent / ref).resolve()
+    return out
+
+
 def load_jobs_file(path: str | Path) -> JobsFile:
     path = Path(path)
     data = read_data_file(path, "jobs file")

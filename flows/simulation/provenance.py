@@ -26,6 +26,7 @@ from allocator.loop import LoopSettings
 from allocator.policies import PolicyVariant
 from allocator.profiles.measured import TrustSettings
 from allocator.simulator import RescaleCost
+from flows.config.jobfile import referenced_files
 from flows.config.paths import read_text_file
 
 FORMAT = "malleable-simulate-summary/2"
@@ -107,6 +108,9 @@ def fidelity(settings: SimSettings) -> dict[str, object]:
 
 def _inputs(inputs: SimInputs, trace_profiles: Mapping[str, Path]) -> dict[str, object]:
     out: dict[str, object] = {"workload": {"path": str(inputs.workload.resolve()), "sha256": digest(inputs.workload)}}
+    named = {} if trace_profiles else referenced_files(inputs.workload)  # a jobs file's profile and noise files
+    if named:
+        out["referenced"] = {key: {"path": str(path), "sha256": digest(path)} for key, path in sorted(named.items())}
     if trace_profiles:
         out["profiles"] = {
             "dir": str(inputs.profiles.resolve()),
@@ -204,6 +208,8 @@ def read_summary(path: Path) -> Rerun:
         monotone_envelope=bool(profiles.get("monotone_envelope", False)) if profiles else False,
         noise=_check(str(noise["path"]), str(noise["sha256"]), "inputs.noise.path") if noise else None,
     )
+    for key, ref in (raw_inputs.get("referenced") or {}).items():  # type: ignore[union-attr]
+        _check(str(ref["path"]), str(ref["sha256"]), f"inputs.referenced.{key}.path")
     if profiles:
         for name, recorded in profiles.get("files", {}).items():
             _check(str(inputs.profiles / f"{name}.json"), str(recorded), f"inputs.profiles.files.{name}")
