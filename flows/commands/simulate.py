@@ -17,21 +17,20 @@ import typer
 from allocator.admission import OverflowMode
 from allocator.loop import LoopSettings
 from allocator.policies import UnknownPolicyError
-from allocator.profiles.io import load_profile_dir
 from allocator.simulator import RescaleCost
 from allocator.simulator.run import check_physics
 from allocator.simulator.experiments import EXPERIMENTS, SEED000_INTERVAL_S
 from allocator.types import JobSpec
 from allocator.workloads.seed000 import load_category_profiles
-from allocator.workloads.trace import TraceError, read_trace
+from allocator.workloads.trace import TraceError
 from flows.idle_replay import replay_idle_nodes
 from flows.commands.shared.console import EXIT_FAILED, console, fail
-from flows.config.jobfile import load_jobs_file, load_noise_file, with_noise
-from flows.config.paths import check_output_dir, read_text_file
+from flows.config.paths import check_output_dir
 from flows.simulation.choices import policy_variants
 from flows.simulation.experiment_run import run_experiment
 from flows.simulation.provenance import SimInputs, SimSettings, read_summary
 from flows.simulation.trace_run import reproduced, run_variants
+from flows.simulation.workload import read_workload
 
 # matplotlib (flows.recording.plots) is imported where a plot is drawn: `--no-plots` and bad input never
 # pay for it.
@@ -50,39 +49,11 @@ class RescaleMode(str, Enum):
 
 
 def load_workload(path: Path, profiles_dir: Path, envelope: bool = False, noise: Path | None = None) -> tuple[list[JobSpec], int | None, dict[str, Path]]:
-    """A jobs file (YAML, or JSON mapping) or a trace (CSV, or JSON list) -> jobs, default GPUs,
-    and the profile files a trace read (name -> path; none for a jobs file).
-
-    A trace's jobs take their profiles from ``profiles_dir``: every ``*.json`` there, named by
-    file stem (``category`` N selects ``cat<N>``, seed 000's files). ``noise``: a file of named
-    trajectories, by job id, workload or the name a trace's ``noise_scale`` cell gives; a job
-    that already has a noise scale of its own and a different one there is refused."""
-    named = load_noise_file(noise) if noise is not None else {}
-    if path.suffix in (".csv", ".json"):
-        text = read_text_file(path, "trace" if path.suffix == ".csv" else "workload file")
-        if path.suffix == ".csv" or text.lstrip().startswith("["):
-            profiles = load_profile_dir(profiles_dir, envelope)
-            jobs = read_trace(text, "csv" if path.suffix == ".csv" else "json", profiles, source=str(path), named=named)
-            # Said only once the trace is good: a rejected one prints its one error line alone.
-            console.print(f"profiles from {profiles_dir}: {', '.join(sorted(profiles))}" + (" (monotone envelope)" if envelope else ""))
-            files = {p.stem: p for p in sorted(profiles_dir.glob("*.json"))}
-            return _named_noise(jobs, named, noise), None, files
-    spec = load_jobs_file(path)
-    return _named_noise(list(spec.jobs), named, noise), spec.gpus, {}
-
-
-def _named_noise(jobs: list[JobSpec], named: dict, noise: Path | None) -> list[JobSpec]:
-    """``--noise``'s entries keyed by job id or workload reach those jobs; entries only named by
-    trace cells are not required to match a job."""
-    if noise is None:
-        return jobs
-    by_job = {k: v for k, v in named.items() if any(k in (j.id, j.workload) for j in jobs)}
-    referenced = {k for k in named if k not in by_job}
-    cited = {k for k in referenced if any(j.noise_scale == named[k] for j in jobs)}
-    unknown = sorted(referenced - cited)
-    if unknown:
-        raise ValueError(f"--noise[{unknown[0]!r}]: names no job id or workload of this run, and no trace row names it ({noise})")
-    return with_noise(jobs, by_job, "--noise")
+    """``flows.simulation.workload.load_workload``, saying which profiles a trace took."""
+    loaded = read_workload(path, profiles_dir, envelope, noise)
+    if loaded.profile_files:  # said only once the trace is good: a rejected one prints its one error line alone
+        console.print(f"profiles from {profiles_dir}: {', '.join(sorted(loaded.profiles))}" + (" (monotone envelope)" if envelope else ""))
+    return loaded.jobs, loaded.gpus, loaded.profile_files
 
 
 def simulate_command(

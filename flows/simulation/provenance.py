@@ -22,7 +22,7 @@ from importlib import metadata
 from pathlib import Path
 
 from allocator.admission import OverflowMode
-from allocator.loop import LoopSettings
+from allocator.loop import LoopResult, LoopSettings
 from allocator.policies import PolicyVariant
 from allocator.profiles.measured import TrustSettings
 from allocator.simulator import RescaleCost
@@ -232,3 +232,15 @@ def read_summary(path: Path) -> Rerun:
         variants.append(PolicyVariant(str(_get(run, "policy", at)), tuple(params.items()), label))
         schedules[label] = str(_get(run, "schedule_sha256", at))
     return Rerun(inputs, settings, tuple(variants), schedules)
+
+
+def rerun_summary(path: Path) -> dict[str, LoopResult]:
+    """Run a ``summary.json`` again from Python: label -> the loop's result (its schedule is
+    ``allocator.metrics.schedule_csv`` of it; compare with ``Rerun.schedules`` via ``text_digest``)."""
+    from allocator.simulator import simulate
+    from flows.simulation.workload import read_workload
+
+    again = read_summary(path)
+    inputs, settings = again.inputs, again.settings
+    jobs = read_workload(inputs.workload, inputs.profiles, inputs.monotone_envelope, inputs.noise).jobs
+    return {v.label: simulate(jobs, v.build(), settings.gpus, settings.loop, settings.cost, report_noise=settings.report_noise) for v in again.variants}
