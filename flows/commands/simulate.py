@@ -73,6 +73,10 @@ def simulate_command(
         bool,
         typer.Option("--measured-noise/--modelled-noise", help="Jobs report their noise scale as trainers measure it (default), or the policy reads its model at the declared progress."),
     ] = True,
+    gpus_per_host: Annotated[
+        int | None,
+        typer.Option("--gpus-per-host", help="Goodput physics: jobs pay the inter-host allreduce of their profile across hosts of this many GPUs (default: one flat network); a policy's own hosts must match."),
+    ] = None,
     overflow: Annotated[OverflowMode, typer.Option("--overflow", help="What happens to jobs that do not fit.")] = OverflowMode.QUEUE,
     strict_fifo: Annotated[
         bool | None,
@@ -138,16 +142,18 @@ def simulate_command(
         capacity = gpus if gpus is not None else file_gpus
         if capacity is None or capacity <= 0:
             fail(f"gpus={capacity}: give a positive --gpus (or 'gpus' in the jobs file)")
+        if gpus_per_host is not None and gpus_per_host < 1:
+            fail(f"--gpus-per-host={gpus_per_host}: must be a positive integer")
         variants = policy_variants(policy or ["elastic_dp"], param or [], strict_fifo)
         for variant in variants:
-            check_physics(variant.build(), jobs, None)  # fail fast on a bad name or value, before any work
+            check_physics(variant.build(), jobs, gpus_per_host)  # fail fast on a bad name or value, before any work
         loop = LoopSettings(
             interval_s=interval, overflow=overflow, react_to_events=react, react_to_noise=react_to_noise,
             strict_fifo=DEFAULT_LOOP.strict_fifo if strict_fifo is None else strict_fifo,
         )  # fmt: skip
         check_output_dir(out, "--out")
         out.mkdir(parents=True, exist_ok=True)
-        settings = SimSettings(capacity, loop, cost, measured_noise)
+        settings = SimSettings(capacity, loop, cost, measured_noise, gpus_per_host)
         run_variants(jobs, variants, settings, SimInputs(workload, profiles, monotone_envelope, noise), out, plots, profile_files)
     except (UnknownPolicyError, TraceError) as exc:
         fail(str(exc))
@@ -165,7 +171,7 @@ def _rerun(summary: Path, out: Path, plots: bool) -> None:
         inputs = again.inputs
         jobs, _, profile_files = load_workload(inputs.workload, inputs.profiles, inputs.monotone_envelope, inputs.noise)
         for variant in again.variants:
-            check_physics(variant.build(), jobs, None)
+            check_physics(variant.build(), jobs, again.settings.gpus_per_host)
         check_output_dir(out, "--out")
         out.mkdir(parents=True, exist_ok=True)
         data = run_variants(jobs, list(again.variants), again.settings, inputs, out, plots, profile_files)

@@ -52,6 +52,7 @@ class SimSettings:
     loop: LoopSettings
     cost: RescaleCost
     report_noise: bool = True
+    gpus_per_host: int | None = None  # goodput physics: allreduce across hosts of this many GPUs (None: one flat network)
 
 
 def digest(path: Path) -> str:
@@ -103,6 +104,7 @@ def fidelity(settings: SimSettings) -> dict[str, object]:
         "change_cost_s": cost.in_place_s if cost.in_place else cost.restart_s,
         "batch_change_cost_s": cost.batch_s,
         "noise": "measured (jobs report their noise scale)" if settings.report_noise else "modelled (the policy's trajectory at declared progress)",
+        "network": "one flat network" if settings.gpus_per_host is None else f"hosts of {settings.gpus_per_host} GPUs",
     }
 
 
@@ -129,6 +131,7 @@ def _settings(settings: SimSettings, physics: str) -> dict[str, object]:
         "loop": jsonable(dataclasses.asdict(settings.loop)),
         "cost": jsonable(dataclasses.asdict(settings.cost)),
         "report_noise": settings.report_noise,
+        "gpus_per_host": settings.gpus_per_host,
     }
 
 
@@ -222,6 +225,7 @@ def read_summary(path: Path) -> Rerun:
             loop=LoopSettings(**loop | {"overflow": OverflowMode(loop["overflow"]), "trust": None if trust is None else TrustSettings(**trust)}),
             cost=RescaleCost(**dict(_get(raw, "cost", f"{where}.settings"))),  # type: ignore[arg-type]
             report_noise=bool(raw.get("report_noise", True)),  # type: ignore[union-attr]
+            gpus_per_host=raw.get("gpus_per_host"),  # type: ignore[union-attr]
         )
     except (TypeError, KeyError) as exc:
         raise ValueError(f"{where}.settings: malformed ({exc})") from None
@@ -243,4 +247,7 @@ def rerun_summary(path: Path) -> dict[str, LoopResult]:
     again = read_summary(path)
     inputs, settings = again.inputs, again.settings
     jobs = read_workload(inputs.workload, inputs.profiles, inputs.monotone_envelope, inputs.noise).jobs
-    return {v.label: simulate(jobs, v.build(), settings.gpus, settings.loop, settings.cost, report_noise=settings.report_noise) for v in again.variants}
+    return {
+        v.label: simulate(jobs, v.build(), settings.gpus, settings.loop, settings.cost, gpus_per_host=settings.gpus_per_host, report_noise=settings.report_noise)
+        for v in again.variants
+    }

@@ -73,7 +73,8 @@ def fidelity_line(settings: SimSettings) -> str:
     f = fidelity(settings)
     return (
         f"fidelity: decisions {f['decisions']} (Δ = {f['interval_s']:g} s{', and when a noise scale moves' if f['react_to_noise'] else ''}); "
-        f"start {f['start_cost_s']:g} s, {f['rescale']} change {f['change_cost_s']:g} s, batch-only change {f['batch_change_cost_s']:g} s; noise {str(f['noise']).split(' ')[0]}"
+        f"start {f['start_cost_s']:g} s, {f['rescale']} change {f['change_cost_s']:g} s, batch-only change {f['batch_change_cost_s']:g} s; "
+        f"noise {str(f['noise']).split(' ')[0]}; {f['network']}"
     )
 
 
@@ -101,7 +102,7 @@ def run_variants(
         task = bar.add_task("simulating", total=len(variants))
         for variant in variants:
             bar.update(task, description=f"simulating {variant.label}")
-            result = simulate(jobs, variant.build(), settings.gpus, loop, settings.cost, report_noise=settings.report_noise)
+            result = simulate(jobs, variant.build(), settings.gpus, loop, settings.cost, gpus_per_host=settings.gpus_per_host, report_noise=settings.report_noise)
             metrics = summarise(result, specs)
             schedule, name = schedule_csv(result), f"schedule-{file_stem(variant.label)}.csv"
             (out / name).write_text(schedule)
