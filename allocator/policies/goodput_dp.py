@@ -10,10 +10,14 @@ starve). For a fixed J that is the separable sum of s^p (p > 0), log s (p = 0) o
 (p < 0), which the DP maximises exactly.
 
 Two departures from Pollux's objective, both for the mean JCT (evidence: docs/policies.md):
-each job's term is weighted by its remaining run to the power -``remaining_exponent``
-(``remaining_weights``), and queued jobs start shortest predicted run first, with a starvation
-guard (``GoodputDPQueued``); ``remaining_exponent=0, queue="fifo"`` is Pollux's objective with
-the loop's FIFO admission.
+each job's term is weighted by its expected remaining run to the power -``remaining_exponent``
+(``allocator.policies.remaining``), and queued jobs start shortest predicted run first, with a
+starvation guard (``GoodputDPQueued``); ``remaining_exponent=0, queue="fifo"`` is Pollux's
+objective with the loop's FIFO admission. What is "remaining" follows ``sizes``: the declared
+work as each job's ``size`` says (exact, an estimate read as a prior, unknown), or none at all
+(``ignore``: size-oblivious, by attained service). p = 0.5 (between total goodput and its
+geometric mean) keeps the mean of p = 1 with a lower p95 and makespan, and a change's pause is
+weighed over the ``change_horizon_s`` a new share is expected to hold, not the job's whole run.
 """
 
 from __future__ import annotations
