@@ -92,7 +92,12 @@ def simulate_flow(
     name = run_name or f"simulate-{Path(jobs_file).stem}-{chosen}"
     physics = physics_of(jobs).value  # goodput when any job carries a noise scale (allocator.simulator.run)
     recorded = record_simulation(
-        name, result, jobs, start_ms, {"jobs_file": str(jobs_file), "in_place_cost_s": in_place_cost_s, "start_cost_s": start_cost_s, "physics": physics}
+        name, result, jobs, start_ms, {
+            "jobs_file": str(jobs_file), "policy": chosen, "in_place_cost_s": in_place_cost_s, "start_cost_s": start_cost_s, "physics": physics,
+            # the simulator's fidelity switches in force (docs/simulator.md)
+            "interval_s": loop_settings.interval_s, "decisions": "ticks, arrivals and completions" if react else "ticks only",
+            "react_to_noise": loop_settings.react_to_noise, "noise": "measured", "batch_change_cost_s": RescaleCost().batch_s,
+        }
     )
     publish_results(
         "simulate",
