@@ -10,7 +10,9 @@ A job entry::
     max_gpus: 8
     # optional: workload, min_gpus, gpus (requested, for non-elastic/fixed), elastic,
     #           arrival_s, fixed_batch, priority, deadline_s, seed,
-    #           noise_scale (any form of ``allocator.physics.noise``), base_batch (B0)
+    #           noise_scale (any form of ``allocator.physics.noise``), base_batch (B0),
+    #           team, submitter (allocator.fairness.teams), priority as a class name
+    #           (best-effort, default, nightly: allocator.fairness.priority) or an integer
 
 File reading and path resolution live in ``flows.config.jobfile``; this module only validates.
 
@@ -26,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from allocator.fairness.priority import priority_value
 from allocator.physics.noise import noise_from_value, noise_to_value
 from allocator.profiles.io import profile_from_dict, profile_to_dict
 from allocator.strict import check_fields
@@ -52,6 +55,8 @@ _JOB_FIELDS = frozenset(
         "seed",
         "noise_scale",
         "base_batch",
+        "team",
+        "submitter",
     }
 )
 _REQUIRED = ("id", "profile", "min_batch", "max_batch", "max_gpus")
@@ -112,11 +117,13 @@ def job_from_dict(entry: object, index: int, profiles: Mapping[str, ThroughputPr
             elastic=entry.get("elastic", True),
             arrival_time=entry.get("arrival_s", 0.0),
             fixed_batch=entry.get("fixed_batch"),
-            priority=entry.get("priority", 0),
+            priority=priority_value(entry.get("priority", 0), f"{label}.priority"),
             deadline=entry.get("deadline_s"),
             seed=entry.get("seed"),
             noise_scale=noise_scale,
             base_batch=entry.get("base_batch"),
+            team=entry.get("team"),
+            submitter=entry.get("submitter"),
         )
     except ValueError as exc:
         # JobSpec names the job and field already; add the position in the file.
@@ -154,6 +161,7 @@ def jobs_file_from_dict(data: object, profiles: Mapping[str, ThroughputProfile])
 SPEC_FIELDS = (
     "id", "workload", "total_samples", "min_batch", "max_batch", "max_gpus", "profile", "elastic", "arrival_time",
     "min_gpus", "requested_gpus", "fixed_batch", "priority", "deadline", "seed", "noise_scale", "base_batch",
+    "team", "submitter",
 )  # fmt: skip
 _SPEC_REQUIRED = ("id", "workload", "total_samples", "min_batch", "max_batch", "max_gpus", "profile")
 

@@ -54,10 +54,11 @@ def checkpointed_rate(spec: JobSpec, share: Share, cost: RescaleCost) -> float:
     return rate if rate <= 0 or extra == 0 else share.global_batch / (share.global_batch / rate + extra)
 
 
-def classify(before: Share | None, after: Share | None, cost: RescaleCost) -> tuple[RescaleKind, float]:
-    """What a change of share is, and the seconds of progress it costs the job."""
+def classify(before: Share | None, after: Share | None, cost: RescaleCost, resumed: bool = False) -> tuple[RescaleKind, float]:
+    """What a change of share is, and the seconds of progress it costs the job. ``resumed``: the job
+    ran before and was stopped (preempted); starting it again is a restart from its checkpoint."""
     if before is None:
-        return RescaleKind.START, cost.start_s
+        return (RescaleKind.RESTART, cost.restart_s) if resumed else (RescaleKind.START, cost.start_s)
     if after is None:
         return RescaleKind.STOP, 0.0
     if after.gpus == before.gpus:
@@ -107,8 +108,8 @@ class SimExecutor(ModelledCluster[_JobState]):
     def _new_job(self, spec: JobSpec, now: float) -> _JobState:
         return _JobState(spec=spec, cost=self._costs.get(spec.id, self._default), since=now, paused_until=now)
 
-    def _change_cost(self, job_id: str, before: Share | None, after: Share | None) -> tuple[RescaleKind, float]:
-        return classify(before, after, self._costs.get(job_id, self._default))
+    def _change_cost(self, job_id: str, before: Share | None, after: Share | None, resumed: bool = False) -> tuple[RescaleKind, float]:
+        return classify(before, after, self._costs.get(job_id, self._default), resumed)
 
     def noise_scale(self, job_id: str, now: float) -> float | None:
         """Throughput physics has no gradient noise: nothing to report (``NoiseReporter``)."""
