@@ -23,8 +23,9 @@ rank never reaches recovery (pytorch/elastic #134). So:
   process), so that even the watchdog's timeout ends in recovery, not in a killed worker.
 
 gloo cannot abort a collective in flight (measured with torch 2.13: ``_abort_process_group``
-returns, the allreduce stays blocked until the peer's socket closes), so on gloo the watch only
-records the abort; the gloo collective raises by itself. To test nccl's semantics on CPU,
+returns, the allreduce stays blocked until the peer's socket closes or gloo's timeout). So every
+data-plane wait of the rank waits on a future the watch can fail (``abandon.py``): when the watch
+fires, the waits in flight raise ``CollectiveFailure`` on gloo as on nccl. To test nccl's semantics on CPU,
 ``MALLEABLE_SIMULATE_NCCL_HANG=1`` in a rank's environment makes a failed collective *hang*
 in the survivor, as nccl's would, until the watch aborts it: the survivors must then be freed
 by the control plane within its timeout, and the job must still shrink in place.
@@ -40,6 +41,7 @@ from collections.abc import Callable, Iterator
 
 import torch.distributed as dist
 
+from elastic_tasks.rank.health.abandon import DataPlaneWaits
 from elastic_tasks.rank.health.collective import CollectiveFailure
 
 # nccl's watchdog on a timed-out collective: 2 = abort the communicators and raise in the
@@ -105,6 +107,7 @@ class HangWatch:
         self._region: tuple[int, float, str] | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="malleable-hang-watch")
+        self.waits = DataPlaneWaits()  # the data-plane waits in flight, failed when the watch fires
 
     def start(self) -> None:
         self._thread.start()
@@ -119,6 +122,7 @@ class HangWatch:
             self._aborted.clear()
             self.reason = ""
             self._region = (version, time.monotonic(), what)
+        self.waits.enter(version)
         try:
             yield
         except CollectiveFailure as exc:
@@ -160,4 +164,5 @@ class HangWatch:
             self.reason = reason
             self.aborts.append((region[0], reason, time.monotonic() - region[1]))
             self._aborted.set()
+            self.waits.abandon(region[0], reason)
             self._abort()
