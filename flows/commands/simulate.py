@@ -15,6 +15,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from allocator.admission import OverflowMode
+from allocator.fairness.policy import fair
+from allocator.fairness.report import FairnessReport, loop_isolate, report_run
+from allocator.fairness.teams import TeamTable
 from allocator.loop import LoopResult, LoopSettings
 from allocator.metrics import RunMetrics, schedule_csv, summarise
 from allocator.policies import UnknownPolicyError, make_policy, policy_parameters
@@ -27,7 +30,9 @@ from allocator.workloads.seed000 import load_category_profiles
 from allocator.workloads.trace import TraceError, read_trace
 from flows.idle_replay import replay_idle_nodes
 from flows.commands.shared.console import EXIT_FAILED, console, fail
+from flows.commands.shared.fairness_tables import teams_table
 from flows.config.jobfile import load_jobs_file, load_noise_file, with_noise
+from flows.config.teams_file import load_teams_file
 from flows.config.paths import check_output_dir, read_text_file
 
 # matplotlib (flows.recording.plots) is imported where a plot is drawn: `--no-plots` and bad input never
@@ -145,7 +150,8 @@ def metrics_dict(m: RunMetrics) -> dict[str, object]:
 
 
 def _run_trace(
-    jobs: list[JobSpec], policies: dict[str, dict[str, object]], capacity: int, settings: LoopSettings, cost: RescaleCost, out: Path, plots: bool
+    jobs: list[JobSpec], policies: dict[str, dict[str, object]], capacity: int, settings: LoopSettings, cost: RescaleCost, out: Path, plots: bool,
+    teams: TeamTable | None = None, fairness: bool = True,
 ) -> None:
     specs = {j.id: j for j in jobs}
     physics = physics_of(jobs)
@@ -154,16 +160,23 @@ def _run_trace(
     for col in METRIC_COLUMNS:
         table.add_column(col, justify="right")
     runs: list[tuple[str, LoopResult]] = []
+    reports: list[tuple[str, FairnessReport]] = []
     summary = {}
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True) as bar:
         task = bar.add_task("simulating", total=len(policies))
         for name in policies:
             bar.update(task, description=f"simulating {name}")
-            result = simulate(jobs, make_policy(name, **policies[name]), capacity, settings, cost)
+            chosen = make_policy(name, **policies[name])
+            result = simulate(jobs, fair(chosen, teams, settings.strict_fifo) if teams is not None and fairness else chosen, capacity, settings, cost)
             metrics = summarise(result, specs)
             runs.append((name, result))
             summary[name] = {"physics": physics.value} | metrics_dict(metrics) | ({"params": policies[name]} if policies[name] else {})
-            table.add_row(name, *metrics_row(metrics))
+            table.add_row(result.policy, *metrics_row(metrics))
+            if teams is not None:
+                # Each team's jobs alone on its share, under the same policy and loop: ρ's denominator.
+                isolate = loop_isolate(lambda team_jobs, gpus, name=name: simulate(team_jobs, make_policy(name, **policies[name]), gpus, settings, cost))
+                reports.append((result.policy, report_run(result, jobs, teams, isolate)))
+                summary[name]["fairness"] = {"fair": fairness, **reports[-1][1].as_dict()}
             (out / f"schedule-{name}.csv").write_text(schedule_csv(result))
             bar.advance(task)
     if plots:
@@ -174,6 +187,8 @@ def _run_trace(
         plot_completed(runs, [j.arrival_time for j in jobs], f"{len(jobs)} jobs on {capacity} GPUs", out / "jobs-completed.png")
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     console.print(table)
+    for label, report in reports:
+        console.print(teams_table(report, f"teams under {label}: ρ against each team alone on its share"))
     console.print(physics_line(jobs, physics), highlight=False)
     console.print(f"schedules{', plots' if plots else ''} and summary.json written to [bold]{out}[/]")
 
@@ -275,6 +290,8 @@ def simulate_command(
     noise: Annotated[Path | None, typer.Option("--noise", help="JSON mapping job id or workload -> noise_scale (any jobs-file form), for jobs that give none.")] = None,
     profiles: Annotated[Path, typer.Option("--profiles", help="Directory of profile JSON files: yours (a trace's profile/model column names the file stem) or seed000_cat*.json (category N).")] = DEFAULT_PROFILES,
     monotone_envelope: Annotated[bool, typer.Option("--monotone-envelope", help="Raise measured iteration times that dip below a smaller batch's to that time (noise) instead of refusing the profile.")] = False,
+    teams: Annotated[Path | None, typer.Option("--teams", help="Teams file (quotas or weights, members): fair shares among teams, and how fair each run was (docs/policies.md).")] = None,
+    fairness: Annotated[bool, typer.Option("--fair/--no-fair", help="With --teams: each policy inside the teams' shares, or the policy alone with the teams only measured.")] = True,
     plots: Annotated[bool, typer.Option("--plots/--no-plots", help="Draw the PNG plots.")] = True,
     out: Annotated[Path, typer.Option("--out", "-o", help="Directory for CSVs, plots and summaries.")] = Path("out/simulate"),
 ) -> None:
@@ -304,6 +321,8 @@ def simulate_command(
         if experiment is not None:
             if noise is not None:
                 fail(f"--noise={str(noise)!r}: gives noise scales to a WORKLOAD file's jobs; --experiment generates its own")
+            if teams is not None:
+                fail(f"--teams={str(teams)!r}: shares a WORKLOAD file's jobs among teams; --experiment's jobs belong to none")
             if experiment not in EXPERIMENTS:
                 fail(f"experiment={experiment!r}: unknown; choose one of {', '.join(EXPERIMENTS)}")
             load_category_profiles(profiles)  # a bad --profiles fails here, before anything is written
@@ -313,6 +332,7 @@ def simulate_command(
             return
         assert workload is not None
         jobs, file_gpus = load_workload(workload, profiles, monotone_envelope)
+        table = None if teams is None else load_teams_file(teams)
         if noise is not None:
             jobs = with_noise(jobs, load_noise_file(noise))
         capacity = gpus if gpus is not None else file_gpus
@@ -328,7 +348,7 @@ def simulate_command(
         loop = LoopSettings(interval_s=interval, overflow=overflow, react_to_events=react, strict_fifo=DEFAULT_LOOP.strict_fifo if strict_fifo is None else strict_fifo)
         check_output_dir(out, "--out")
         out.mkdir(parents=True, exist_ok=True)
-        _run_trace(jobs, settings, capacity, loop, cost, out, plots)
+        _run_trace(jobs, settings, capacity, loop, cost, out, plots, table, fairness)
     except (UnknownPolicyError, TraceError) as exc:
         fail(str(exc))
     except ValueError as exc:
