@@ -121,7 +121,9 @@ def jobs(
     teams: Annotated[Path | None, typer.Option("--teams", help="With --usage: the service's teams file (default MALLEABLE_TEAMS; unset: one team).")] = None,
     gpus: Annotated[int | None, typer.Option("--gpus", help="With --usage: the cluster's GPUs the shares are of (default: the running service's workers, else the most it ever gave out).")] = None,
 ) -> None:
-    """The service's jobs: state, GPUs, batch, progress, ETA (with --generations: predicted vs measured samples/s; --usage: fair shares)."""
+    """The service's jobs: state, GPUs, batch, progress, ETA (with --generations: predicted vs measured samples/s).
+
+    With --usage: how fair the sharing among teams has been (GPU-hours used vs entitled, ρ, Jain)."""
     from service.store.records import JobState
 
     if fmt not in ("table", "json"):
