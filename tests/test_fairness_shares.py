@@ -160,3 +160,18 @@ def test_jobs_files_carry_team_submitter_and_a_priority_class_through_the_record
         with pytest.raises(ValueError) as err:
             job_from_dict({**entry, field: value}, 0, {})
         assert needle in str(err.value) and "job 'n'" in str(err.value), str(err.value)
+
+
+def test_traces_carry_team_submitter_and_priority_both_ways():
+    from allocator.workloads.trace import TraceError, read_trace, write_trace
+    from tests.factories import make_profile
+
+    profiles = {"w": make_profile()}
+    text = "name,submit_s,samples,min_batch,max_batch,max_gpus,profile,team,submitter,priority\n" "a,0,100,1,8,2,w,research,alice,nightly\n" "b,5,100,1,8,2,w,,bob,-3\n"
+    a, b = read_trace(text, "csv", profiles)
+    assert (a.team, a.submitter, a.priority) == ("research", "alice", PRIORITY_CLASSES["nightly"])
+    assert (b.team, b.submitter, b.priority) == (None, "bob", -3)
+    for fmt in ("csv", "json"):
+        assert read_trace(write_trace([a, b], fmt, profiles), fmt, profiles) == [a, b]
+    with pytest.raises(TraceError, match="row 1, column priority='urgent'"):
+        read_trace(text.replace("nightly", "urgent"), "csv", profiles)

@@ -19,6 +19,9 @@ noise_scale    optional  gradient noise scale: a number, ``f:v f:v ...`` (v from
                          (default: the profile's, else none)
 base_batch     optional  B0, the batch ``samples`` are counted at (default: min_batch, or
                          max_batch for a non-elastic job)
+team           optional  the job's team (``allocator.fairness``; default: its submitter's)
+submitter      optional  who submitted it
+priority       optional  a priority class (best-effort, default, nightly) or an integer (default 0)
 =============  ========  ======================================================
 """
 
@@ -29,10 +32,14 @@ import io
 import json
 from collections.abc import Iterable, Mapping
 
+from allocator.fairness.priority import priority_value
 from allocator.physics.noise import NoiseTrajectory, noise_from_cell, noise_from_value, noise_to_cell
 from allocator.types import JobSpec, ThroughputProfile
 
-COLUMNS = ("name", "submit_s", "category", "model", "samples", "min_batch", "max_batch", "max_gpus", "elastic", "gpus", "profile", "noise_scale", "base_batch")
+COLUMNS = (
+    "name", "submit_s", "category", "model", "samples", "min_batch", "max_batch", "max_gpus", "elastic", "gpus", "profile", "noise_scale", "base_batch",
+    "team", "submitter", "priority",
+)  # fmt: skip
 _REQUIRED = ("name", "submit_s", "samples", "min_batch", "max_batch", "max_gpus")
 
 
@@ -85,6 +92,18 @@ def _noise(row: Mapping[str, object], where: str) -> NoiseTrajectory | None:
         raise TraceError(f"{where}, column {exc}") from None
 
 
+def _priority(row: Mapping[str, object], where: str) -> int:
+    if not _present(row, "priority"):
+        return 0
+    value = row["priority"]
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        value = int(value)
+    try:
+        return priority_value(value, "priority")
+    except ValueError as exc:
+        raise TraceError(f"{where}, column {exc}") from None
+
+
 def job_from_row(row: Mapping[str, object], where: str, profiles: Mapping[str, ThroughputProfile]) -> JobSpec:
     for column in _REQUIRED:
         if not _present(row, column):
@@ -123,6 +142,9 @@ def job_from_row(row: Mapping[str, object], where: str, profiles: Mapping[str, T
             fixed_batch=None if elastic else _int(row, "max_batch", where),
             noise_scale=noise_scale,
             base_batch=_int(row, "base_batch", where) if _present(row, "base_batch") else None,
+            team=str(row["team"]) if _present(row, "team") else None,
+            submitter=str(row["submitter"]) if _present(row, "submitter") else None,
+            priority=_priority(row, where),
         )
     except ValueError as exc:
         raise TraceError(f"{where}: {exc}") from None
@@ -169,6 +191,9 @@ def _row(job: JobSpec, profile_names: Mapping[ThroughputProfile, str]) -> dict[s
         "profile": profile_names.get(job.profile, job.profile.workload),
         "noise_scale": "" if job.noise_scale is None or job.noise_scale == job.profile.noise_scale else noise_to_cell(job.noise_scale),
         "base_batch": "" if job.base_batch is None else job.base_batch,
+        "team": job.team or "",
+        "submitter": job.submitter or "",
+        "priority": job.priority or "",
     }
 
 
