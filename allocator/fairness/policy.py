@@ -57,6 +57,9 @@ class FairShare:
     teams: TeamTable = field(default_factory=TeamTable)
     strict_fifo: bool = True
     name: str = ""
+    # What a job alone can use, by everything that answer depends on: a decision asks it three
+    # times (preempt, admit, allocate) on one snapshot.
+    _useful: dict[tuple, int] = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.teams, TeamTable):
@@ -107,11 +110,16 @@ class FairShare:
         if top <= least:
             return top
         alone = job if job.share is not None and job.share.gpus <= top else replace(job, share=None)
-        try:
-            share = self.inner.allocate(ClusterSnapshot(time=snapshot.time, capacity=top, running=(alone,))).get(j.id)
-        except InfeasibleError:
-            return least
-        return max(least, share.gpus) if share is not None else least
+        key = (snapshot.time, j, alone.share, alone.samples_done, alone.noise_scale, top, least)
+        if key not in self._useful:
+            if len(self._useful) > 4096:
+                self._useful.clear()  # bounded: running jobs' progress makes new keys every decision
+            try:
+                share = self.inner.allocate(ClusterSnapshot(time=snapshot.time, capacity=top, running=(alone,))).get(j.id)
+            except InfeasibleError:
+                share = None
+            self._useful[key] = max(least, share.gpus) if share is not None else least
+        return self._useful[key]
 
     def preempt(self, snapshot: ClusterSnapshot) -> tuple[str, ...]:
         """Running jobs to take off the cluster: those of a team whose minimums exceed its entitlement,
