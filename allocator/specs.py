@@ -12,6 +12,8 @@ A job entry::
     #           arrival_s, fixed_batch, priority, deadline_s, seed,
     #           noise_scale (any form of ``allocator.physics.noise``, or the name of one of the
     #           file's ``noise_scales:``), base_batch (B0),
+    #           team, submitter (allocator.fairness.teams), priority as a class name
+    #           (best-effort, default, nightly: allocator.fairness.priority) or an integer,
     #           size (exact | estimate | unknown: how far ``samples`` can be trusted),
     #           actual_samples (simulations only: the work the job really does)
 
@@ -32,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from allocator.fairness.priority import priority_value
 from allocator.physics.noise import NoiseTrajectory, noise_from_value, noise_to_value
 from allocator.profiles.io import profile_from_dict, profile_to_dict
 from allocator.strict import check_fields
@@ -58,6 +61,8 @@ _JOB_FIELDS = frozenset(
         "seed",
         "noise_scale",
         "base_batch",
+        "team",
+        "submitter",
         "size",
         "actual_samples",
     }
@@ -131,11 +136,13 @@ def job_from_dict(entry: object, index: int, profiles: Mapping[str, ThroughputPr
             elastic=entry.get("elastic", True),
             arrival_time=entry.get("arrival_s", 0.0),
             fixed_batch=entry.get("fixed_batch"),
-            priority=entry.get("priority", 0),
+            priority=priority_value(entry.get("priority", 0), f"{label}.priority"),
             deadline=entry.get("deadline_s"),
             seed=entry.get("seed"),
             noise_scale=noise_scale,
             base_batch=entry.get("base_batch"),
+            team=entry.get("team"),
+            submitter=entry.get("submitter"),
             size=entry.get("size", SizeKnowledge.EXACT),
             actual_samples=entry.get("actual_samples"),
         )
@@ -185,7 +192,8 @@ def jobs_file_from_dict(data: object, profiles: Mapping[str, ThroughputProfile],
 # Every JobSpec field, under its own name (and nothing else).
 SPEC_FIELDS = (
     "id", "workload", "total_samples", "min_batch", "max_batch", "max_gpus", "profile", "elastic", "arrival_time",
-    "min_gpus", "requested_gpus", "fixed_batch", "priority", "deadline", "seed", "noise_scale", "base_batch", "size", "actual_samples",
+    "min_gpus", "requested_gpus", "fixed_batch", "priority", "deadline", "seed", "noise_scale", "base_batch",
+    "team", "submitter", "size", "actual_samples",
 )  # fmt: skip
 _SPEC_REQUIRED = ("id", "workload", "total_samples", "min_batch", "max_batch", "max_gpus", "profile")
 

@@ -89,6 +89,8 @@ class JobSpec:
     seed: int | None = None  # the job's sample order (None: the run's); policies ignore it
     noise_scale: NoiseTrajectory | None = None
     base_batch: int | None = None
+    team: str | None = None  # who shares the cluster (allocator.fairness); None: the submitter's team
+    submitter: str | None = None  # who submitted it (the service sets it from the store's row)
     size: SizeKnowledge = SizeKnowledge.EXACT
     actual_samples: int | None = None
 
@@ -140,6 +142,9 @@ class JobSpec:
             self.noise_scale,
             "must be a NoiseTrajectory or None",
         )
+        for name in ("team", "submitter"):
+            value = getattr(self, name)
+            require(value is None or (isinstance(value, str) and value.strip() != ""), owner, name, value, "must be a non-empty string or None")
         if self.base_batch is not None:
             positive_int(owner, "base_batch", self.base_batch)
             require(self.base_batch <= MAX_BATCH, owner, "base_batch", self.base_batch, f"must be <= {MAX_BATCH:,} (MAX_BATCH)")

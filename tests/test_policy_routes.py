@@ -64,7 +64,7 @@ def test_every_policy_gives_one_schedule_by_every_route(tmp_path):
         routes = {
             "cli": (tmp_path / "cli" / f"schedule-{file_stem(name)}.csv").read_text(),
             "python": schedule_csv(simulate(jobs, make_policy(name), GPUS, loop, cost)),
-            "flow": schedule_csv(simulate_loop.fn(jobs, name, GPUS, loop, CHANGE_S, START_S)),
+            "flow": schedule_csv(simulate_loop.fn(jobs, name, GPUS, loop, CHANGE_S, START_S)[0]),
             "service": schedule_csv(simulate(jobs, service, GPUS, loop, cost)),
             "rerun": (tmp_path / "rerun" / f"schedule-{file_stem(name)}.csv").read_text(),
         }

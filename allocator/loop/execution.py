@@ -131,6 +131,16 @@ def waiting_starts(executor: Executor, now: float) -> tuple[str, ...]:
     return executor.waiting_starts(now) if isinstance(executor, StartWaiter) else ()
 
 
+@runtime_checkable
+class Preempter(Protocol):
+    """What an executor may add to ``Executor``: to be told, before the ``apply`` that stops it,
+    that a job is preempted rather than ended (it goes back to the queue): a real one checkpoints
+    it on the way out. An executor without the method stops it as any other (the simulators keep
+    a stopped job's progress anyway)."""
+
+    def preempt(self, job_id: str) -> None: ...
+
+
 def share_changes(previous: Allocation, new: Allocation) -> list[tuple[str, Share | None, Share | None]]:
     """(job, before, after) for every job whose share differs — what an executor must do."""
     changes = []

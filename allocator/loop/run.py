@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from allocator.admission import OverflowMode, admit, reallocate
-from allocator.loop.execution import Executor, reported_change_cost, reported_measurements, reported_noise_scale, reported_profile, waiting_starts
+from allocator.loop.execution import Executor, Preempter, reported_change_cost, reported_measurements, reported_noise_scale, reported_profile, waiting_starts
 from allocator.physics.goodput import NoiseModel
 from allocator.loop.lifecycle import JobState
 from allocator.loop.types import JobRecord, JobTransition, LoopResult, LoopSettings, ScheduleRow, StepReport
@@ -218,9 +218,15 @@ class LoopRun:
         new = decision.allocation
         if self.settings.trust is not None:
             new = trust_measurements(snapshot, new, self.settings.trust, _value(policy))
+        for job in decision.preempted:
+            # Back to the queue with its progress (the executor stops it; a restart resumes it).
+            if isinstance(self.executor, Preempter):
+                self.executor.preempt(job.id)
+            del self.running[job.id]
+            self._tell(now, job.id, JobState.QUEUED, "preempted: its team's share is needed by another team or a higher class")
         for job in decision.admission.admitted:
             self.running[job.id] = job
-            self.track.start[job.id] = now
+            self.track.start.setdefault(job.id, now)  # a preempted job's first start stays its start
             self._tell(now, job.id, JobState.RUNNING)
         events = self._apply(now, new)
         for job in decision.admission.dropped:

@@ -59,10 +59,11 @@ def change_cost_s(cost: RescaleCost) -> float:
     return cost.in_place_s if cost.in_place else cost.restart_s
 
 
-def classify(before: Share | None, after: Share | None, cost: RescaleCost) -> tuple[RescaleKind, float]:
-    """What a change of share is, and the seconds of progress it costs the job."""
+def classify(before: Share | None, after: Share | None, cost: RescaleCost, resumed: bool = False) -> tuple[RescaleKind, float]:
+    """What a change of share is, and the seconds of progress it costs the job. ``resumed``: the job
+    ran before and was stopped (preempted); starting it again is a restart from its checkpoint."""
     if before is None:
-        return RescaleKind.START, cost.start_s
+        return (RescaleKind.RESTART, cost.restart_s) if resumed else (RescaleKind.START, cost.start_s)
     if after is None:
         return RescaleKind.STOP, 0.0
     if after.gpus == before.gpus:
@@ -112,8 +113,8 @@ class SimExecutor(ModelledCluster[_JobState]):
     def _new_job(self, spec: JobSpec, now: float) -> _JobState:
         return _JobState(spec=spec, cost=self._costs.get(spec.id, self._default), since=now, paused_until=now)
 
-    def _change_cost(self, job_id: str, before: Share | None, after: Share | None) -> tuple[RescaleKind, float]:
-        return classify(before, after, self._costs.get(job_id, self._default))
+    def _change_cost(self, job_id: str, before: Share | None, after: Share | None, resumed: bool = False) -> tuple[RescaleKind, float]:
+        return classify(before, after, self._costs.get(job_id, self._default), resumed)
 
     def change_cost(self, job_id: str) -> float:
         """What a GPU-count change costs this job (``ChangeCostReporter``)."""

@@ -113,8 +113,8 @@ class GoodputSimExecutor(ModelledCluster[_Job]):
     def _new_job(self, spec: JobSpec, now: float) -> _Job:
         return _Job(spec, self.trajectory(spec), since=now, paused_until=now, rate_for=lambda share: self.rates(spec, share))
 
-    def _change_cost(self, job_id: str, before: Share | None, after: Share | None) -> tuple[RescaleKind, float]:
-        return classify(before, after, self._cost)
+    def _change_cost(self, job_id: str, before: Share | None, after: Share | None, resumed: bool = False) -> tuple[RescaleKind, float]:
+        return classify(before, after, self._cost, resumed)
 
     def change_cost(self, job_id: str) -> float:
         """What a GPU-count change costs a job (``ChangeCostReporter``): the run's one cost."""

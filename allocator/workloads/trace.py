@@ -20,6 +20,9 @@ noise_scale    optional  gradient noise scale: a number, ``f:v f:v ...`` (v from
                          ``--noise FILE``) (default: the profile's, else none)
 base_batch     optional  B0, the batch ``samples`` are counted at (default: min_batch, or
                          max_batch for a non-elastic job)
+team           optional  the job's team (``allocator.fairness``; default: its submitter's)
+submitter      optional  who submitted it
+priority       optional  a priority class (best-effort, default, nightly) or an integer (default 0)
 size           optional  exact (default), estimate or unknown: how far ``samples`` can be trusted
 actual_samples optional  simulations only: the work the job really does (default: ``samples``)
 =============  ========  ======================================================
@@ -33,12 +36,13 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 
+from allocator.fairness.priority import priority_value
 from allocator.physics.noise import NoiseTrajectory, noise_from_cell, noise_from_value, noise_to_cell
 from allocator.types import JobSpec, SizeKnowledge, ThroughputProfile
 
 COLUMNS = (
-    "name", "submit_s", "category", "model", "samples", "min_batch", "max_batch", "max_gpus", "elastic", "gpus", "profile", "noise_scale",
-    "base_batch", "size", "actual_samples",
+    "name", "submit_s", "category", "model", "samples", "min_batch", "max_batch", "max_gpus", "elastic", "gpus", "profile", "noise_scale", "base_batch",
+    "team", "submitter", "priority", "size", "actual_samples",
 )  # fmt: skip
 _REQUIRED = ("name", "submit_s", "samples", "min_batch", "max_batch", "max_gpus")
 
@@ -109,6 +113,18 @@ def _noise(row: Mapping[str, object], where: str, named: Mapping[str, NoiseTraje
         raise TraceError(f"{where}, column {exc}") from None
 
 
+def _priority(row: Mapping[str, object], where: str) -> int:
+    if not _present(row, "priority"):
+        return 0
+    value = row["priority"]
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        value = int(value)
+    try:
+        return priority_value(value, "priority")
+    except ValueError as exc:
+        raise TraceError(f"{where}, column {exc}") from None
+
+
 def job_from_row(row: Mapping[str, object], where: str, profiles: Mapping[str, ThroughputProfile], named: Mapping[str, NoiseTrajectory] | None = None) -> JobSpec:
     for column in _REQUIRED:
         if not _present(row, column):
@@ -147,6 +163,9 @@ def job_from_row(row: Mapping[str, object], where: str, profiles: Mapping[str, T
             fixed_batch=None if elastic else _int(row, "max_batch", where),
             noise_scale=noise_scale,
             base_batch=_int(row, "base_batch", where) if _present(row, "base_batch") else None,
+            team=str(row["team"]) if _present(row, "team") else None,
+            submitter=str(row["submitter"]) if _present(row, "submitter") else None,
+            priority=_priority(row, where),
             size=str(row["size"]).strip() if _present(row, "size") else SizeKnowledge.EXACT,
             actual_samples=_int(row, "actual_samples", where) if _present(row, "actual_samples") else None,
         )
@@ -200,6 +219,9 @@ def _row(job: JobSpec, profile_names: Mapping[ThroughputProfile, str]) -> dict[s
         "base_batch": "" if job.base_batch is None else job.base_batch,
         "size": "" if job.size is SizeKnowledge.EXACT else job.size.value,
         "actual_samples": "" if job.actual_samples is None else job.actual_samples,
+        "team": job.team or "",
+        "submitter": job.submitter or "",
+        "priority": job.priority or "",
     }
 
 

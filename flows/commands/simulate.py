@@ -26,6 +26,7 @@ from allocator.workloads.trace import TraceError
 from flows.idle_replay import replay_idle_nodes
 from flows.commands.shared.console import EXIT_FAILED, console, fail
 from flows.config.paths import check_output_dir
+from flows.config.teams_file import load_teams_file
 from flows.simulation.choices import policy_variants
 from flows.simulation.experiment_run import run_experiment
 from flows.simulation.provenance import SimInputs, SimSettings, read_summary
@@ -95,6 +96,8 @@ def simulate_command(
     ] = None,
     profiles: Annotated[Path, typer.Option("--profiles", help="Directory of profile JSON files: yours (a trace's profile/model column names the file stem) or seed000_cat*.json (category N).")] = DEFAULT_PROFILES,
     monotone_envelope: Annotated[bool, typer.Option("--monotone-envelope", help="Raise measured iteration times that dip below a smaller batch's to that time (noise) instead of refusing the profile.")] = False,
+    teams: Annotated[Path | None, typer.Option("--teams", help="Teams file (quotas or weights, members): fair shares among teams, and how fair each run was (docs/policies.md).")] = None,
+    fairness: Annotated[bool, typer.Option("--fair/--no-fair", help="With --teams: each policy inside the teams' shares, or the policy alone with the teams only measured.")] = True,
     rerun: Annotated[Path | None, typer.Option("--rerun", help="A summary.json to run again from what it recorded (inputs, settings, every parameter); says whether each schedule came out the same.")] = None,
     plots: Annotated[bool, typer.Option("--plots/--no-plots", help="Draw the PNG plots.")] = True,
     out: Annotated[Path, typer.Option("--out", "-o", help="Directory for CSVs, plots and summaries.")] = Path("out/simulate"),
@@ -130,6 +133,8 @@ def simulate_command(
         if experiment is not None:
             if noise is not None:
                 fail(f"--noise={str(noise)!r}: gives noise scales to a WORKLOAD file's jobs; --experiment generates its own")
+            if teams is not None:
+                fail(f"--teams={str(teams)!r}: shares a WORKLOAD file's jobs among teams; --experiment's jobs belong to none")
             if experiment not in EXPERIMENTS:
                 fail(f"experiment={experiment!r}: unknown; choose one of {', '.join(EXPERIMENTS)}")
             load_category_profiles(profiles)  # a bad --profiles fails here, before anything is written
@@ -139,6 +144,8 @@ def simulate_command(
             return
         assert workload is not None
         jobs, file_gpus, profile_files = load_workload(workload, profiles, monotone_envelope, noise)
+        if teams is not None:
+            load_teams_file(teams)  # a bad teams file fails here, before any work
         capacity = gpus if gpus is not None else file_gpus
         if capacity is None or capacity <= 0:
             fail(f"gpus={capacity}: give a positive --gpus (or 'gpus' in the jobs file)")
@@ -153,8 +160,8 @@ def simulate_command(
         )  # fmt: skip
         check_output_dir(out, "--out")
         out.mkdir(parents=True, exist_ok=True)
-        settings = SimSettings(capacity, loop, cost, measured_noise, gpus_per_host)
-        run_variants(jobs, variants, settings, SimInputs(workload, profiles, monotone_envelope, noise), out, plots, profile_files)
+        settings = SimSettings(capacity, loop, cost, measured_noise, gpus_per_host, fairness if teams is not None else None)
+        run_variants(jobs, variants, settings, SimInputs(workload, profiles, monotone_envelope, noise, teams), out, plots, profile_files)
     except (UnknownPolicyError, TraceError) as exc:
         fail(str(exc))
     except ValueError as exc:

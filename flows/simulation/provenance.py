@@ -42,6 +42,7 @@ class SimInputs:
     profiles: Path
     monotone_envelope: bool = False
     noise: Path | None = None
+    teams: Path | None = None  # a teams file: the policies run inside the teams' shares (or are only measured)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,7 @@ class SimSettings:
     cost: RescaleCost
     report_noise: bool = True
     gpus_per_host: int | None = None  # goodput physics: allreduce across hosts of this many GPUs (None: one flat network)
+    fair: bool | None = None  # with teams: each policy inside the teams' shares (True) or alone, the teams measured (False)
 
 
 def digest(path: Path) -> str:
@@ -105,6 +107,7 @@ def fidelity(settings: SimSettings) -> dict[str, object]:
         "batch_change_cost_s": cost.batch_s,
         "noise": "measured (jobs report their noise scale)" if settings.report_noise else "modelled (the policy's trajectory at declared progress)",
         "network": "one flat network" if settings.gpus_per_host is None else f"hosts of {settings.gpus_per_host} GPUs",
+        "teams": "none" if settings.fair is None else "inside the teams' shares" if settings.fair else "measured only",
     }
 
 
@@ -119,8 +122,9 @@ def _inputs(inputs: SimInputs, trace_profiles: Mapping[str, Path]) -> dict[str, 
             "monotone_envelope": inputs.monotone_envelope,
             "files": {name: digest(path) for name, path in sorted(trace_profiles.items())},
         }
-    if inputs.noise is not None:
-        out["noise"] = {"path": str(inputs.noise.resolve()), "sha256": digest(inputs.noise)}
+    for key, path in (("noise", inputs.noise), ("teams", inputs.teams)):
+        if path is not None:
+            out[key] = {"path": str(path.resolve()), "sha256": digest(path)}
     return out
 
 
@@ -132,6 +136,7 @@ def _settings(settings: SimSettings, physics: str) -> dict[str, object]:
         "cost": jsonable(dataclasses.asdict(settings.cost)),
         "report_noise": settings.report_noise,
         "gpus_per_host": settings.gpus_per_host,
+        "fair": settings.fair,
     }
 
 
@@ -205,11 +210,13 @@ def read_summary(path: Path) -> Rerun:
     workload = _get(raw_inputs, "workload", f"{where}.inputs")
     profiles = raw_inputs.get("profiles") if isinstance(raw_inputs, dict) else None
     noise = raw_inputs.get("noise") if isinstance(raw_inputs, dict) else None
+    teams = raw_inputs.get("teams") if isinstance(raw_inputs, dict) else None
     inputs = SimInputs(
         workload=_check(str(_get(workload, "path", f"{where}.inputs.workload")), str(_get(workload, "sha256", f"{where}.inputs.workload")), "inputs.workload.path"),
         profiles=Path(profiles["dir"]) if profiles else Path("."),
         monotone_envelope=bool(profiles.get("monotone_envelope", False)) if profiles else False,
         noise=_check(str(noise["path"]), str(noise["sha256"]), "inputs.noise.path") if noise else None,
+        teams=_check(str(teams["path"]), str(teams["sha256"]), "inputs.teams.path") if teams else None,
     )
     for key, ref in (raw_inputs.get("referenced") or {}).items():  # type: ignore[union-attr]
         _check(str(ref["path"]), str(ref["sha256"]), f"inputs.referenced.{key}.path")
@@ -226,6 +233,7 @@ def read_summary(path: Path) -> Rerun:
             cost=RescaleCost(**dict(_get(raw, "cost", f"{where}.settings"))),  # type: ignore[arg-type]
             report_noise=bool(raw.get("report_noise", True)),  # type: ignore[union-attr]
             gpus_per_host=raw.get("gpus_per_host"),  # type: ignore[union-attr]
+            fair=raw.get("fair"),  # type: ignore[union-attr]
         )
     except (TypeError, KeyError) as exc:
         raise ValueError(f"{where}.settings: malformed ({exc})") from None
@@ -241,13 +249,19 @@ def read_summary(path: Path) -> Rerun:
 def rerun_summary(path: Path) -> dict[str, LoopResult]:
     """Run a ``summary.json`` again from Python: label -> the loop's result (its schedule is
     ``allocator.metrics.schedule_csv`` of it; compare with ``Rerun.schedules`` via ``text_digest``)."""
+    from allocator.fairness.policy import fair
     from allocator.simulator import simulate
+    from flows.config.teams_file import load_teams_file
     from flows.simulation.workload import read_workload
 
     again = read_summary(path)
     inputs, settings = again.inputs, again.settings
     jobs = read_workload(inputs.workload, inputs.profiles, inputs.monotone_envelope, inputs.noise).jobs
+    teams = load_teams_file(inputs.teams) if inputs.teams is not None and settings.fair else None
     return {
-        v.label: simulate(jobs, v.build(), settings.gpus, settings.loop, settings.cost, gpus_per_host=settings.gpus_per_host, report_noise=settings.report_noise)
+        v.label: simulate(
+            jobs, v.build() if teams is None else fair(v.build(), teams, settings.loop.strict_fifo), settings.gpus, settings.loop, settings.cost,
+            gpus_per_host=settings.gpus_per_host, report_noise=settings.report_noise,
+        )  # fmt: skip
         for v in again.variants
     }

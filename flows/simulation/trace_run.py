@@ -8,12 +8,16 @@ from pathlib import Path
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from allocator.fairness.policy import fair
+from allocator.fairness.report import FairnessReport, loop_isolate, report_run
 from allocator.loop import LoopResult
 from allocator.metrics import RunMetrics, schedule_csv, summarise
-from allocator.policies import PolicyVariant
+from allocator.policies import Policy, PolicyVariant
 from allocator.simulator import Physics, physics_of, simulate
 from allocator.types import JobSpec
 from flows.commands.shared.console import console
+from flows.commands.shared.fairness_tables import teams_table
+from flows.config.teams_file import load_teams_file
 from flows.simulation.choices import file_stem
 from flows.simulation.provenance import SimInputs, SimSettings, fidelity, summary, text_digest
 
@@ -74,7 +78,7 @@ def fidelity_line(settings: SimSettings) -> str:
     return (
         f"fidelity: decisions {f['decisions']} (Δ = {f['interval_s']:g} s{', and when a noise scale moves' if f['react_to_noise'] else ''}); "
         f"start {f['start_cost_s']:g} s, {f['rescale']} change {f['change_cost_s']:g} s, batch-only change {f['batch_change_cost_s']:g} s; "
-        f"noise {str(f['noise']).split(' ')[0]}; {f['network']}"
+        f"noise {str(f['noise']).split(' ')[0]}; {f['network']}" + ("" if settings.fair is None else f"; teams {f['teams']}")
     )
 
 
@@ -98,15 +102,27 @@ def run_variants(
         table.add_column(col, justify="right")
     results: list[tuple[str, LoopResult]] = []
     runs: dict[str, tuple[PolicyVariant, dict[str, object], str, str]] = {}
+    teams = load_teams_file(inputs.teams) if inputs.teams is not None else None
+    reports: list[tuple[str, FairnessReport]] = []
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True) as bar:
         task = bar.add_task("simulating", total=len(variants))
         for variant in variants:
             bar.update(task, description=f"simulating {variant.label}")
-            result = simulate(jobs, variant.build(), settings.gpus, loop, settings.cost, gpus_per_host=settings.gpus_per_host, report_noise=settings.report_noise)
+            def run(run_jobs: list[JobSpec], gpus: int, policy: Policy) -> LoopResult:
+                return simulate(run_jobs, policy, gpus, loop, settings.cost, gpus_per_host=settings.gpus_per_host, report_noise=settings.report_noise)
+
+            inner = variant.build()
+            result = run(jobs, settings.gpus, fair(inner, teams, loop.strict_fifo) if teams is not None and settings.fair else inner)
             metrics = summarise(result, specs)
             schedule, name = schedule_csv(result), f"schedule-{file_stem(variant.label)}.csv"
             (out / name).write_text(schedule)
-            runs[variant.label] = (variant, {"physics": physics.value} | metrics_dict(metrics), name, schedule)
+            record: dict[str, object] = {"physics": physics.value} | metrics_dict(metrics)
+            if teams is not None:
+                # Each team's jobs alone on its share, under the same policy and loop: ρ's denominator.
+                isolate = loop_isolate(lambda team_jobs, gpus, variant=variant: run(list(team_jobs), gpus, variant.build()))
+                reports.append((variant.label, report_run(result, jobs, teams, isolate)))
+                record["fairness"] = {"fair": bool(settings.fair), **reports[-1][1].as_dict()}
+            runs[variant.label] = (variant, record, name, schedule)
             results.append((variant.label, result))
             table.add_row(variant.label, *metrics_row(metrics))
             bar.advance(task)
@@ -119,6 +135,8 @@ def run_variants(
     data = summary(inputs, settings, physics.value, runs, trace_profiles)
     (out / "summary.json").write_text(json.dumps(data, indent=2) + "\n")
     console.print(table)
+    for label, report in reports:
+        console.print(teams_table(report, f"teams under {label}: ρ against each team alone on its share"))
     console.print(physics_line(jobs, physics), highlight=False)
     console.print(fidelity_line(settings), highlight=False)
     console.print(f"schedules{', plots' if plots else ''} and summary.json written to [bold]{out}[/]")
