@@ -97,8 +97,11 @@ def test_elan_stops_only_when_no_gain_or_no_gpus(snap):
     if allocation.total_gpus == snap.capacity:
         return
     t = build_tables(snap.jobs, snap.capacity)
+    done = {r.spec.id: r.samples_done for r in snap.running}
     for i, job in enumerate(snap.jobs):
         k = allocation[job.id].gpus
+        if done.get(job.id, 0.0) >= job.total_samples:
+            continue  # no work left: no GPU gains it anything, whatever its rate
         if job.elastic and k + 1 < len(t.tables[i].rates) and math.isfinite(t.rate(i, k + 1)):
             assert t.rate(i, k + 1) <= t.rate(i, k)  # one more GPU would not have helped
 
@@ -115,8 +118,11 @@ def test_efficiency_threshold_stops_at_first_inefficient_step(threshold, snap):
     if allocation.total_gpus == snap.capacity:
         return
     t = build_tables(snap.jobs, snap.capacity)
+    done = {r.spec.id: r.samples_done for r in snap.running}
     for i, job in enumerate(snap.jobs):
         k = allocation[job.id].gpus
+        if done.get(job.id, 0.0) >= job.total_samples:
+            continue  # no work left: no GPU gains it anything, whatever its rate
         if job.elastic and k + 1 < len(t.tables[i].rates) and math.isfinite(t.rate(i, k + 1)):
             assert scaling_efficiency(t.rate(i, k), t.rate(i, k + 1), k, k + 1) <= threshold
 
