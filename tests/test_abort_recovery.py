@@ -25,8 +25,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from elastic_tasks.rank.agreement import Agreement, StepOutcome
 from elastic_tasks.rank.health.collective import CollectiveFailure, HookWitness
+from elastic_tasks.rank.health import gradient_hook
 from elastic_tasks.rank.health.hang_watch import HangWatch
-from elastic_tasks.rank.noise.scale import GradientNoiseProbe
 from elastic_tasks.rank.process_group import ProcessGroups
 from tests.gloo_pair import run_pair
 
@@ -74,10 +74,10 @@ def _rank(rank: int, init_file: str, out_file: str) -> None:
     watch = HangWatch(control.lost_generation, data_timeout_s=3600.0, poll_s=0.02)  # the real abort
     witness = HookWitness(lambda: watch.aborted(1))  # as the trainer's: is the group in effect aborted?
     ddp = DistributedDataParallel(nn.Linear(4, 2), init_sync=False)
-    GradientNoiseProbe().attach(ddp, wrap=witness.wrap)  # the trainer's watched hook
+    gradient_hook.install(ddp, watch.waits, witness)  # the trainer's watched hook
     for _ in range(2):
         ddp(torch.ones(3, 4)).sum().backward()
-    agreement = Agreement(rank, 2)
+    agreement = Agreement(rank, 2, watch.waits)
     assert agreement.issue(_outcome(0, rank), seen_version=1, noise_scale=None) is None
     dist.barrier()  # step 0's agreement has completed on both ranks
     done = Path(out_file).with_suffix(".done")
@@ -108,9 +108,11 @@ def _rank(rank: int, init_file: str, out_file: str) -> None:
     # The next generation: the survivor alone, on a fresh store.
     store = dist.TCPStore("127.0.0.1", 0, 1, is_master=True, wait_for_workers=False)
     dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    nxt = Agreement(0, 1)
-    nxt.issue(_outcome(2, 0), seen_version=2, noise_scale=None)
-    agreed = nxt.settle(noise_scale=None)
+    nxt = Agreement(0, 1, watch.waits)
+    with watch.data_plane(2, "a training step"):
+        nxt.issue(_outcome(2, 0), seen_version=2, noise_scale=None)
+    with watch.data_plane(2, "agreement"):
+        agreed = nxt.settle(noise_scale=None)
     report["next_generation"] = [agreed.record.step, agreed.record.loss, agreed.record.world_size]
     dist.destroy_process_group()
     Path(out_file).write_text(json.dumps(report))

@@ -19,7 +19,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from elastic_tasks.rank.health.collective import CollectiveFailure, HookWitness, collective
-from elastic_tasks.rank.noise.scale import GradientNoiseProbe
+from elastic_tasks.rank.health import gradient_hook
+from elastic_tasks.rank.health.abandon import DataPlaneWaits
 from tests.gloo_pair import run_pair
 
 pytestmark = pytest.mark.timeout(120)
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.timeout(120)
 def _ddp(witness: HookWitness) -> DistributedDataParallel:
     torch.manual_seed(0)
     ddp = DistributedDataParallel(nn.Linear(4, 2), init_sync=False)
-    GradientNoiseProbe().attach(ddp, wrap=witness.wrap)  # the trainer's hook, watched
+    gradient_hook.install(ddp, DataPlaneWaits(), witness)  # the trainer's hook, watched
     return ddp
 
 

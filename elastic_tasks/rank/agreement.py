@@ -19,6 +19,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from elastic_tasks.rank.health.abandon import DataPlaneWaits
 from elastic_tasks.rank.health.collective import collective
 from elastic_tasks.protocol import StepRecord
 
@@ -62,9 +63,10 @@ class _InFlight:
 class Agreement:
     """One generation's agreements, at most one in flight (the last step's)."""
 
-    def __init__(self, rank: int, world: int) -> None:
+    def __init__(self, rank: int, world: int, waits: DataPlaneWaits | None = None) -> None:
         self.rank = rank
         self.world = world
+        self.waits = waits if waits is not None else DataPlaneWaits()  # the hang watch's, to be freed by it
         self._inflight: _InFlight | None = None
 
     def issue(self, outcome: StepOutcome, seen_version: int, noise_scale: float | None) -> Agreed | None:
@@ -132,7 +134,7 @@ class Agreement:
 
     def _read(self, done: _InFlight, next_step: StepOutcome | None, t_agree: float, noise_scale: float | None) -> Agreed:
         with collective(f"agreement of step {done.outcome.step}"):
-            done.work.wait()
+            self.waits.wait(done.work)
         return self._record(done, next_step, t_agree, noise_scale)
 
     def _record(self, done: _InFlight, next_step: StepOutcome | None, t_agree: float, noise_scale: float | None) -> Agreed:

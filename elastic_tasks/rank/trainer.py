@@ -34,6 +34,7 @@ from elastic_tasks.rank.agreement import Agreed, Agreement, StepOutcome
 from elastic_tasks.rank.state.checkpoint_writer import CheckpointWriter
 from elastic_tasks.rank.step_clock import LocalClock
 from elastic_tasks.board import EventKind, JobBoard, RankEvent
+from elastic_tasks.rank.health import gradient_hook
 from elastic_tasks.rank.health.collective import CollectiveFailure, HookWitness, collective
 from elastic_tasks.rank.plan_switch import PlanSwitch
 from elastic_tasks.rank.process_group import ProcessGroups
@@ -121,7 +122,8 @@ class _Rank:
         self.agreement: Agreement | None = None  # this generation's end-of-step agreements
         # The gradient noise scale for goodput (issue 14), within its share of the step.
         self.noise = GradientNoiseProbe(schedule=SampleSchedule(cost_budget=self.config.noise_probe_budget))
-        self.witness = HookWitness(self._group_aborted)  # tells a failed gradient allreduce from the recipe's own errors
+        # Tells a failed gradient allreduce from the recipe's own errors; never calls into an aborted group.
+        self.witness = HookWitness(lambda: self.plan is not None and self.watch.aborted(self.plan.version))
         self.checkpoints = CheckpointWriter()  # rank 0's periodic checkpoints, off the step loop
         self.local_clock = LocalClock(self.device)  # straggler timing: CUDA events on a GPU
         # Frees a data-plane collective that a lost peer left hanging (nccl); rank/health/hang_watch.py.
@@ -132,9 +134,6 @@ class _Rank:
     @property
     def plan(self) -> Plan | None:
         return self.switch.current
-
-    def _group_aborted(self) -> bool:
-        return self.plan is not None and self.watch.aborted(self.plan.version)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -189,7 +188,7 @@ class _Rank:
         arrive_within = rendezvous_wait_s(self.config, patient=plan.kind == PlanKind.START or plan.source == FROM_CHECKPOINT)
         self.switch.adopt(plan)
         self.rank, self.world = plan.members.index(self.spec.uid), len(plan.members)
-        self.agreement = Agreement(self.rank, self.world)
+        self.agreement = Agreement(self.rank, self.world, self.watch.waits)
         with collective(f"rendezvous of generation {plan.version}"):
             self.groups.form(plan.version, self.rank, self.world, opens_within, arrive_within)
         with self.wall.phase(Phase.STATE_TRANSFER):
@@ -198,15 +197,15 @@ class _Rank:
                 self.state.load(self.config.checkpoint_dir)  # type: ignore[arg-type]
             elif plan.source is not None:
                 with self.watch.data_plane(plan.version, "state broadcast"), collective(f"state broadcast of generation {plan.version}"):
-                    self.state.broadcast(src=plan.members.index(plan.source), chunk_bytes=self.config.broadcast_chunk_mb * 2**20)
+                    src, chunk = plan.members.index(plan.source), self.config.broadcast_chunk_mb * 2**20
+                    self.state.broadcast(src=src, chunk_bytes=chunk, waits=self.watch.waits)
         self._apply_batch(plan)
         self._open_loader()
-        # DDP's constructor checks parameter shapes across ranks: on nccl the generation's first
-        # collective, which also creates its communicator — data plane, under the watch.
+        # DDP's parameter check is nccl's first collective, which creates the communicator: data plane.
         with self.watch.data_plane(plan.version, "DDP set-up"), collective(f"DDP set-up of generation {plan.version}"):
             # The whole recipe step runs inside DDP's forward; step_fn gets the raw model (rank/forward.py).
             self.ddp = DistributedDataParallel(RecipeStep(self.state.model, self.recipe), init_sync=False, forward_sync_buffers=False)
-        self.noise.attach(self.ddp, wrap=self.witness.wrap)
+        gradient_hook.install(self.ddp, self.watch.waits, self.witness)
         self.report.switched(plan, self.state.meta, self.rank, self.world, time.time() - t_stop, plan.source)
 
     def _apply_batch(self, plan: Plan) -> None:
@@ -276,8 +275,9 @@ class _Rank:
         self.state.optimizer.zero_grad(set_to_none=True)
         step = self.state.meta.step
         self.records.recoveries.append((failed, step))
-        log.warning("rank %s: generation %d failed at step %d: %s", self.spec.uid, failed, step, exc)
-        self.board.post(RankEvent(EventKind.FAILED, self.spec.uid, failed, step, detail=str(exc)[:300]))
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__  # torch's futures append their traceback
+        log.warning("rank %s: generation %d failed at step %d: %s", self.spec.uid, failed, step, why)
+        self.board.post(RankEvent(EventKind.FAILED, self.spec.uid, failed, step, detail=why[:300]))
         return self.switch.recovery(failed, self.spec.uid, self.courier)
 
     # -- training ------------------------------------------------------------------------------

@@ -22,8 +22,7 @@ rank never reaches recovery (pytorch/elastic #134). So:
   group of the process): the next call into it raises whatever torch raises there — a
   ``ValueError`` ("Default process group has not been initialized") from the agreement (DDP
   still holds the aborted group: its hook refuses to call into it, ``HookWitness``). So the
-  watch records *which
-  generation* it aborted, and a data-plane region of that generation ends in
+  watch records *which generation* it aborted, and a data-plane region of that generation ends in
   ``CollectiveFailure`` whatever came out of it (or nothing: on nccl the host sync that the
   kernel held returns once the communicator is aborted, with whatever the buffers held). The
   rank then drops the aborted group without a collective destroy and forms the next
@@ -34,9 +33,11 @@ rank never reaches recovery (pytorch/elastic #134). So:
   timeout.
 
 gloo cannot abort a collective in flight (measured with torch 2.13: ``_abort_process_group``
-returns, the allreduce stays blocked until the peer's socket closes or gloo's own timeout), but
-the abort is the same call on both backends: it takes the group away, so every later call into
-it fails at once, and CPU tests go through the very path a GPU rank takes. To test nccl's semantics on CPU,
+returns, the allreduce stays blocked until the peer's socket closes or gloo's timeout). So every
+data-plane wait of the rank waits on a future the watch can fail (``abandon.py``): when the watch
+fires, the waits in flight raise ``CollectiveFailure`` on gloo as on nccl. The abort itself is
+the same call on both backends: it takes the group away, so every later call into it fails at
+once, and CPU tests go through the very path a GPU rank takes. To test nccl's semantics on CPU,
 ``MALLEABLE_SIMULATE_NCCL_HANG=1`` in a rank's environment makes a failed collective *hang*
 in the survivor, as nccl's would, until the watch aborts it: the survivors must then be freed
 by the control plane within its timeout, and the job must still shrink in place.
@@ -52,6 +53,7 @@ from collections.abc import Callable, Iterator
 
 import torch.distributed as dist
 
+from elastic_tasks.rank.health.abandon import DataPlaneWaits
 from elastic_tasks.rank.health.collective import CollectiveFailure
 
 # nccl's watchdog on a failed or timed-out collective. torch 2.13 documents (docs:
@@ -128,6 +130,7 @@ class HangWatch:
         self._region: tuple[int, float, str] | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="malleable-hang-watch")
+        self.waits = DataPlaneWaits()  # the data-plane waits in flight, failed when the watch fires
 
     def start(self) -> None:
         self._thread.start()
@@ -151,6 +154,7 @@ class HangWatch:
             self._aborted.clear()
             self.reason = ""
             self._region = (version, time.monotonic(), what)
+        self.waits.enter(version)
         try:
             yield
         except CollectiveFailure as exc:
@@ -204,4 +208,5 @@ class HangWatch:
             self.aborts.append((region[0], reason, time.monotonic() - region[1]))
             self._aborted_versions.add(region[0])
             self._aborted.set()
+            self.waits.abandon(region[0], reason)
             self._abort()

@@ -35,8 +35,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
-from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
 from elastic_tasks.rank.noise.deferred import Deferred
 from elastic_tasks.rank.noise.probe_schedule import SampleSchedule
@@ -130,8 +128,7 @@ class GradientNoiseProbe:
     contribution is grad_scale x the sum of per-sample gradients); the probe divides that
     (and GradScaler's loss scale) back out to get mean gradients. Per step: ``begin_step``
     before the first micro-batch, ``after_micro`` after each micro-batch's backward,
-    ``finish_step`` after the last one (before the optimizer step). ``attach`` installs the
-    gradient allreduce hook on a new DDP wrapper (see there).
+    ``finish_step`` after the last one (before the optimizer step).
     """
 
     def __init__(self, smoothing: float = 0.95, schedule: SampleSchedule | None = None, clock: Callable[[], float] = time.perf_counter) -> None:
@@ -155,27 +152,6 @@ class GradientNoiseProbe:
     @property
     def value(self) -> float | None:
         return self.estimator.value
-
-    def attach(self, ddp: torch.nn.parallel.DistributedDataParallel, wrap: Callable[[Callable], Callable] | None = None) -> None:
-        """Install DDP's gradient allreduce as a communication hook, decorated by ``wrap``.
-
-        The probe itself no longer reads anything here (its local norms come from read-only
-        parameter hooks); the hook exists so that ``wrap`` (the trainer's
-        ``collective.HookWitness``) sees a failed allreduce: without one, DDP's C++ allreduce
-        fails from inside autograd's engine, where a dead peer cannot be told from the
-        recipe's own backward error (measured with torch 2.13, gloo). ``allreduce_hook`` is
-        DDP's own default: divide by the world size, one async allreduce per bucket.
-        """
-        if wrap is None:
-            return
-        group = ddp.process_group if hasattr(ddp, "process_group") else dist.group.WORLD
-
-        # Unannotated on purpose: DDP checks hook annotations, which this module's postponed
-        # annotations would turn into strings.
-        def hook(state, bucket):  # type: ignore[no-untyped-def]
-            return allreduce_hook(group, bucket)
-
-        ddp.register_comm_hook(None, wrap(hook))
 
     @staticmethod
     def _grads(model: torch.nn.Module) -> list[torch.Tensor]:

@@ -12,17 +12,22 @@ moment the job grows (~20 GB at 1 B parameters: an OOM). Here:
   into the tensors on the receivers;
 
 so a rank's extra memory is at most one ``chunk_bytes`` buffer, whatever the model's size.
+Every chunk is waited for through the hang watch's ``DataPlaneWaits`` (rank/health/abandon.py),
+so a peer that answers nothing frees the rank when the control plane says so, on gloo too.
 ``BroadcastStats`` counts what was allocated: the memory bound is checked on that count
 (tracemalloc does not see torch's allocations; RSS on CPU is too noisy for a bound).
 """
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+
+from elastic_tasks.rank.health.abandon import DataPlaneWaits
 
 DEFAULT_CHUNK_BYTES = 256 * 2**20  # TrainConfig.broadcast_chunk_mb's default
 
@@ -57,7 +62,28 @@ def _pieces(bucket: Sequence[torch.Tensor], per: int) -> Iterator[list[tuple[tor
         yield chunk
 
 
-def broadcast_tensors(bucket: Sequence[torch.Tensor], src: int, is_src: bool, chunk_bytes: int, group: dist.ProcessGroup | None = None) -> BroadcastStats:
+def _broadcast(tensor: torch.Tensor, src: int, group: dist.ProcessGroup | None, waits: DataPlaneWaits | None) -> None:
+    work = dist.broadcast(tensor, src=src, group=group, async_op=True)
+    if waits is None:
+        work.wait()
+    else:
+        waits.wait(work, on_device=tensor.device.type == "cuda")
+
+
+def broadcast_object(obj: object, src: int, is_src: bool, group: dist.ProcessGroup | None = None, waits: DataPlaneWaits | None = None) -> object:
+    """``obj`` of rank ``src`` on every rank (pickled, over the group's CPU side: two broadcasts)."""
+    payload = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8) if is_src else None
+    size = torch.tensor([payload.numel() if payload is not None else 0], dtype=torch.int64)
+    _broadcast(size, src, group, waits)
+    if payload is None:
+        payload = torch.empty(int(size[0]), dtype=torch.uint8)
+    _broadcast(payload, src, group, waits)
+    return obj if is_src else pickle.loads(payload.numpy().tobytes())
+
+
+def broadcast_tensors(
+    bucket: Sequence[torch.Tensor], src: int, is_src: bool, chunk_bytes: int, group: dist.ProcessGroup | None = None, waits: DataPlaneWaits | None = None
+) -> BroadcastStats:
     """Broadcast one (device, dtype) bucket from ``src`` into every rank's own tensors."""
     if not bucket:
         return BroadcastStats(0, 0, 0)
@@ -69,7 +95,7 @@ def broadcast_tensors(bucket: Sequence[torch.Tensor], src: int, is_src: bool, ch
             collectives += 1
             if len(chunk) == 1 and chunk[0][0].is_contiguous():
                 t, a, b = chunk[0]
-                dist.broadcast(t.detach().view(-1)[a:b], src=src, group=group)
+                _broadcast(t.detach().view(-1)[a:b], src, group, waits)
                 in_place += 1
                 continue
             size = sum(b - a for _, a, b in chunk)
@@ -80,7 +106,7 @@ def broadcast_tensors(bucket: Sequence[torch.Tensor], src: int, is_src: bool, ch
                 for t, a, b in chunk:
                     buffer[offset : offset + b - a].copy_(t.detach().reshape(-1)[a:b])
                     offset += b - a
-            dist.broadcast(buffer, src=src, group=group)
+            _broadcast(buffer, src, group, waits)
             if not is_src:
                 for t, a, b in chunk:
                     _flat_assign(t, a, b, buffer[offset : offset + b - a])

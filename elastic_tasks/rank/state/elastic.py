@@ -40,7 +40,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from elastic_tasks.rank.state.chunked import DEFAULT_CHUNK_BYTES, BroadcastStats, broadcast_tensors, combine
+from elastic_tasks.rank.state.chunked import DEFAULT_CHUNK_BYTES, BroadcastStats, broadcast_object, broadcast_tensors, combine
+from elastic_tasks.rank.health.abandon import DataPlaneWaits
 from elastic_tasks.rank.scaling import LRRamp
 
 # Where checkpoints lie and whether one is there: torch-free, for the coordinator's side.
@@ -108,18 +109,20 @@ class ElasticState:
 
     # -- broadcast -----------------------------------------------------------------------
 
-    def broadcast(self, src: int, group: dist.ProcessGroup | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> BroadcastStats:
+    def broadcast(
+        self, src: int, group: dist.ProcessGroup | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES, waits: DataPlaneWaits | None = None
+    ) -> BroadcastStats:
         """Make every rank's state equal to rank ``src``'s (collective: all ranks call it).
 
         Extra memory per rank: one staging buffer of at most ``chunk_bytes``, plus, on a rank
-        with no optimizer state yet (a new rank), that state itself.
+        with no optimizer state yet (a new rank), that state itself. ``waits``: the hang
+        watch's, which frees the rank from a broadcast a lost peer never completes.
         """
         is_src = dist.get_rank(group) == src
         if is_src:
             self.capture_rng()
-        structure = [(self.meta, _describe(self.optimizer.state_dict()), self._scaler_state(), self._scheduler_state()) if is_src else None]
-        dist.broadcast_object_list(structure, src=src, group=group)
-        meta, opt_structure, scaler_state, scheduler_state = structure[0]
+        structure = (self.meta, _describe(self.optimizer.state_dict()), self._scaler_state(), self._scheduler_state()) if is_src else None
+        meta, opt_structure, scaler_state, scheduler_state = broadcast_object(structure, src, is_src, group, waits)  # type: ignore[misc]
         kept, materialised = True, 0
         if not is_src:
             # A survivor's optimizer state already has the source's structure: its tensors are
@@ -134,7 +137,7 @@ class ElasticState:
             self.restore_rng()
             self._load_scaler(scaler_state)
             self._load_scheduler(scheduler_state)
-        parts = [broadcast_tensors(bucket, src, is_src, chunk_bytes, group) for bucket in buckets(self._tensors())]
+        parts = [broadcast_tensors(bucket, src, is_src, chunk_bytes, group, waits) for bucket in buckets(self._tensors())]
         return combine(parts, materialised, kept)
 
     def _tensors(self) -> Iterator[torch.Tensor]:

@@ -1,0 +1,40 @@
+"""The trainer's DDP communication hook: the gradient allreduce, as a future the control plane can fail.
+
+DDP's reducer waits for the hook's future before ``backward()`` returns. On gloo that future is
+a proxy (``abandon.DataPlaneWaits.guard``): a peer that answers nothing no longer holds the rank
+in ``backward()`` until gloo's own timeout; the ``HangWatch`` fails the proxy once the control
+plane says the generation lost a member. On nccl the future is the collective's own (a CUDA
+future, complete at enqueue); the communicator abort frees it.
+
+``HookWitness.wrap`` records the hook's failure, so the error that surfaces from ``backward()``
+is told from an autograd error of the recipe's own (``collective.py``).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from elastic_tasks.rank.health.abandon import DataPlaneWaits
+from elastic_tasks.rank.health.collective import HookWitness
+
+
+def _first(fut: torch.futures.Future) -> torch.Tensor:
+    return fut.value()[0]
+
+
+def install(ddp: DistributedDataParallel, waits: DataPlaneWaits, witness: HookWitness) -> None:
+    """Register the hook on a new DDP wrapper: each bucket averaged over the ranks, one async allreduce."""
+    group = ddp.process_group
+
+    # Unannotated, with DDP's parameter names: DDP inspects a hook's signature.
+    def hook(state, bucket):  # type: ignore[no-untyped-def]  # noqa: ANN001, ANN202
+        tensor = bucket.buffer()
+        tensor.div_(group.size())
+        fut = dist.all_reduce(tensor, group=group, async_op=True).get_future()
+        if tensor.device.type == "cuda":
+            return fut.then(_first)
+        return waits.guard(fut, first=True)
+
+    ddp.register_comm_hook(None, witness.wrap(hook))
