@@ -124,7 +124,7 @@ def product(client, addr: str, loop: Loop) -> dict[str, object]:  # noqa: ANN001
     }
 
 
-def side_by_side(client, addr: str, first: Loop, second: Loop, rounds: int, run_first, run_second) -> dict[str, object]:  # noqa: ANN001
+def side_by_side(first: Loop, second: Loop, rounds: int, run_first, run_second) -> dict[str, object]:  # noqa: ANN001 - runners: Loop -> outcome
     """``rounds`` rounds of two runs, order alternating; ratio first/second of the mean step time."""
     runs: dict[str, list[dict[str, object]]] = {"a": [], "b": []}
     ratios = []
@@ -163,7 +163,7 @@ def elastic_vs_plain(loops: list[Loop], rounds: int) -> list[dict[str, object]]:
         def run_plain(lp: Loop) -> dict[str, object]:
             return client.submit(plain_ddp, lp, workers=[addr], resources={"GPU": 1}, pure=False).result(timeout=600)
 
-        return [side_by_side(client, addr, loop, loop, rounds, lambda lp: product(client, addr, lp), run_plain) for loop in loops]
+        return [side_by_side(loop, loop, rounds, lambda lp: product(client, addr, lp), run_plain) for loop in loops]
 
 
 def probe_on_off(loop: Loop, rounds: int) -> dict[str, object]:
@@ -180,4 +180,4 @@ def probe_on_off(loop: Loop, rounds: int) -> dict[str, object]:
         warm_up(client, loop.entry)
         [addr] = list(client.scheduler_info()["workers"])
         on, off = replace(loop, noise_probe=True), replace(loop, noise_probe=False)
-        return side_by_side(client, addr, on, off, rounds, lambda lp: product(client, addr, lp), lambda lp: product(client, addr, lp))
+        return side_by_side(on, off, rounds, lambda lp: product(client, addr, lp), lambda lp: product(client, addr, lp))

@@ -140,9 +140,11 @@ class HangWatch:
 
     def aborted(self, version: int) -> bool:
         """Whether this watch aborted generation ``version``'s group: then nothing may touch it
-        again (no collective destroy), and the next generation forms afresh."""
-        with self._lock:
-            return version in self._aborted_versions
+        again (no collective destroy), and the next generation forms afresh.
+
+        Without the lock: DDP's hook asks, and ``_fire`` completes futures (whose callbacks may
+        ask) while it holds the lock; a set's membership is read atomically."""
+        return version in self._aborted_versions
 
     @contextlib.contextmanager
     def data_plane(self, version: int, what: str) -> Iterator[None]:
