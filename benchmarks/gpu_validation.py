@@ -82,7 +82,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--only", default=",".join(names), help="checks to run, comma-separated")
     p.add_argument("--budget", type=float, default=None, help="seconds for the whole run (default 470 with CUDA: 8 minutes on one H100 with the start; 1800 without, where the smokes run on a CPU); checks that would start later are skipped")
     p.add_argument("--timeout", default="", help="seconds per check (all), or name=seconds,... (those)")
-    p.add_argument("--rounds", type=int, default=3, help="elastic_vs_ddp: interleaved rounds")
+    p.add_argument("--rounds", type=int, default=4, help="elastic_vs_ddp: interleaved rounds (even: each order as often)")
     p.add_argument("--amp-rounds", type=int, default=2, help="amp, probe_overhead: rounds")
     p.add_argument("--step-batch", type=int, default=256, help="batch of the timed runs (GPU)")
     p.add_argument("--warmup", type=int, default=30, help="steps of a timed run left out (GPU)")
