@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from allocator.protocols import AdmissionDecision, OverflowMode, Policy, SupportsAdmission, SupportsMinGpus
+from allocator.protocols import AdmissionDecision, OverflowMode, Policy, SupportsAdmission, SupportsMinGpus, SupportsPreemption
 from allocator.types import Allocation, ClusterSnapshot, InfeasibleError, JobSpec, RunningJob
 
 __all__ = ["AdmissionDecision", "OverflowMode", "Reallocation", "SupportsAdmission", "admit", "admit_in_order", "reallocate"]
@@ -17,10 +17,12 @@ __all__ = ["AdmissionDecision", "OverflowMode", "Reallocation", "SupportsAdmissi
 
 @dataclass(frozen=True, slots=True)
 class Reallocation:
-    """The outcome of one re-allocation: who runs with what, who waits, who was turned away."""
+    """The outcome of one re-allocation: who runs with what, who waits, who was turned away, and
+    which running jobs were taken off the cluster (``preempted``: they wait in the queue again)."""
 
     allocation: Allocation
     admission: AdmissionDecision
+    preempted: tuple[JobSpec, ...] = ()
 
 
 def _fits(policy: Policy, snapshot: ClusterSnapshot, jobs: list[JobSpec]) -> bool:
@@ -81,14 +83,21 @@ def admit_in_order(snapshot: ClusterSnapshot, policy: Policy, mode: OverflowMode
 
 
 def reallocate(snapshot: ClusterSnapshot, policy: Policy, mode: OverflowMode, strict_fifo: bool = True) -> Reallocation:
-    """One interval-Δ step: admit what fits, then allocate GPUs and batch to running + admitted jobs."""
-    decision = admit(snapshot, policy, mode, strict_fifo)
+    """One interval-Δ step: preempt (a policy that does), admit what fits, then allocate GPUs and batch
+    to running + admitted jobs. A preempted job is not admitted again in the same step: it waits."""
+    taken = set(policy.preempt(snapshot)) if isinstance(policy, SupportsPreemption) else set()
+    preempted = tuple(r.spec for r in snapshot.running if r.spec.id in taken)
+    running = tuple(r for r in snapshot.running if r.spec.id not in taken)
+    decision = admit(replace(snapshot, running=running), policy, mode, strict_fifo)
     trial = ClusterSnapshot(
         time=snapshot.time,
         capacity=snapshot.capacity,
-        running=snapshot.running + tuple(RunningJob(spec=j) for j in decision.admitted),
+        running=running + tuple(RunningJob(spec=j) for j in decision.admitted),
         queued=(),
         nodes=snapshot.nodes,
     )
     allocation = policy.allocate(trial)
-    return Reallocation(allocation=allocation, admission=decision)
+    if preempted:
+        waiting = sorted(decision.queued + preempted, key=lambda j: (j.arrival_time, j.id))
+        decision = AdmissionDecision(decision.admitted, tuple(waiting), decision.dropped)
+    return Reallocation(allocation=allocation, admission=decision, preempted=preempted)

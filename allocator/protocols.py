@@ -52,3 +52,13 @@ class SupportsAdmission(Protocol):
     """A policy with its own admission rule (queue discipline, start condition), e.g. Elan's E-BF."""
 
     def admit(self, snapshot: ClusterSnapshot, mode: OverflowMode) -> AdmissionDecision: ...
+
+
+@runtime_checkable
+class SupportsPreemption(Protocol):
+    """A policy that may take a running job off the cluster altogether (the fairness layer, when
+    shrinking in place cannot give a team its quota back: a borrower's jobs need more GPUs at their
+    minimum than its share). A preempted job goes back to the queue and keeps its progress: the
+    executor stops it (the real one from a checkpoint), and it restarts when admitted again."""
+
+    def preempt(self, snapshot: ClusterSnapshot) -> tuple[str, ...]: ...

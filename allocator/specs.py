@@ -10,7 +10,15 @@ A job entry::
     max_gpus: 8
     # optional: workload, min_gpus, gpus (requested, for non-elastic/fixed), elastic,
     #           arrival_s, fixed_batch, priority, deadline_s, seed,
-    #           noise_scale (any form of ``allocator.physics.noise``), base_batch (B0)
+    #           noise_scale (any form of ``allocator.physics.noise``, or the name of one of the
+    #           file's ``noise_scales:``), base_batch (B0),
+    #           team, submitter (allocator.fairness.teams), priority as a class name
+    #           (best-effort, default, nightly: allocator.fairness.priority) or an integer,
+    #           size (exact | estimate | unknown: how far ``samples`` can be trusted),
+    #           actual_samples (simulations only: the work the job really does)
+
+Trajectories shared by many jobs are written once, under the file's ``noise_scales:`` (name ->
+any noise form; ``flows.config.jobfile`` also reads a path there), and named by each job.
 
 File reading and path resolution live in ``flows.config.jobfile``; this module only validates.
 
@@ -26,10 +34,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from allocator.physics.noise import noise_from_value, noise_to_value
+from allocator.fairness.priority import priority_value
+from allocator.physics.noise import NoiseTrajectory, noise_from_value, noise_to_value
 from allocator.profiles.io import profile_from_dict, profile_to_dict
 from allocator.strict import check_fields
-from allocator.types import JobSpec, ThroughputProfile
+from allocator.types import JobSpec, SizeKnowledge, ThroughputProfile
 
 _JOB_FIELDS = frozenset(
     {
@@ -52,6 +61,10 @@ _JOB_FIELDS = frozenset(
         "seed",
         "noise_scale",
         "base_batch",
+        "team",
+        "submitter",
+        "size",
+        "actual_samples",
     }
 )
 _REQUIRED = ("id", "profile", "min_batch", "max_batch", "max_gpus")
@@ -82,7 +95,19 @@ def _samples(entry: Mapping[str, object], label: str) -> object:
     raise ValueError(f"{label}.samples: missing required field (or give epochs and dataset_samples)")
 
 
-def job_from_dict(entry: object, index: int, profiles: Mapping[str, ThroughputProfile]) -> JobSpec:
+def _noise_of(value: object, label: str, named: Mapping[str, NoiseTrajectory]) -> NoiseTrajectory | None:
+    """A job's ``noise_scale``: any noise form, or the name of one of the file's ``noise_scales``."""
+    if value is None:
+        return None
+    if isinstance(value, str) and named:
+        if value not in named:
+            known = ", ".join(sorted(named)) or "none"
+            raise ValueError(f"{label}.noise_scale={value!r}: no such entry in the file's noise_scales (known: {known})")
+        return named[value]
+    return noise_from_value(value, f"{label}.noise_scale")
+
+
+def job_from_dict(entry: object, index: int, profiles: Mapping[str, ThroughputProfile], noise_scales: Mapping[str, NoiseTrajectory] | None = None) -> JobSpec:
     if not isinstance(entry, Mapping):
         raise ValueError(f"jobs[{index}]: expected a mapping, got {type(entry).__name__}")
     label = _label(entry, index)
@@ -96,8 +121,7 @@ def job_from_dict(entry: object, index: int, profiles: Mapping[str, ThroughputPr
     else:
         profile = profile_from_dict(ref, f"{label}.profile")
     gpus = entry.get("gpus")
-    noise = entry.get("noise_scale")
-    noise_scale = None if noise is None else noise_from_value(noise, f"{label}.noise_scale")
+    noise_scale = _noise_of(entry.get("noise_scale"), label, noise_scales or {})
     try:
         return JobSpec(
             id=entry["id"],
@@ -112,11 +136,15 @@ def job_from_dict(entry: object, index: int, profiles: Mapping[str, ThroughputPr
             elastic=entry.get("elastic", True),
             arrival_time=entry.get("arrival_s", 0.0),
             fixed_batch=entry.get("fixed_batch"),
-            priority=entry.get("priority", 0),
+            priority=priority_value(entry.get("priority", 0), f"{label}.priority"),
             deadline=entry.get("deadline_s"),
             seed=entry.get("seed"),
             noise_scale=noise_scale,
             base_batch=entry.get("base_batch"),
+            team=entry.get("team"),
+            submitter=entry.get("submitter"),
+            size=entry.get("size", SizeKnowledge.EXACT),
+            actual_samples=entry.get("actual_samples"),
         )
     except ValueError as exc:
         # JobSpec names the job and field already; add the position in the file.
@@ -125,15 +153,26 @@ def job_from_dict(entry: object, index: int, profiles: Mapping[str, ThroughputPr
         raise ValueError(f"{label}: {exc}") from None
 
 
-def jobs_file_from_dict(data: object, profiles: Mapping[str, ThroughputProfile]) -> JobsFile:
-    """Validate a whole parsed jobs file. ``profiles`` are the named profiles already loaded."""
+def noise_scales_from_dict(raw: object) -> dict[str, NoiseTrajectory]:
+    """A jobs file's ``noise_scales:``: name -> any noise form (a path is ``flows.config``'s to read)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"jobs file.noise_scales={raw!r}: must map names to noise scales")
+    return {str(name): value if isinstance(value, NoiseTrajectory) else noise_from_value(value, f"noise_scales.{name}") for name, value in raw.items()}
+
+
+def jobs_file_from_dict(data: object, profiles: Mapping[str, ThroughputProfile], noise_scales: Mapping[str, NoiseTrajectory] | None = None) -> JobsFile:
+    """Validate a whole parsed jobs file. ``profiles`` are the named profiles already loaded;
+    ``noise_scales`` the named trajectories, if already loaded (else the file's own, read here)."""
     if not isinstance(data, Mapping):
         raise ValueError(f"jobs file: expected a mapping with a 'jobs' list, got {type(data).__name__}")
-    check_fields(data, ("jobs", "gpus", "policy", "profiles"), "jobs file", kind="top-level field")
+    check_fields(data, ("jobs", "gpus", "policy", "profiles", "noise_scales"), "jobs file", kind="top-level field")
     entries = data.get("jobs")
     if not isinstance(entries, Sequence) or isinstance(entries, (str, bytes)) or not entries:
         raise ValueError(f"jobs file.jobs={entries!r}: must be a non-empty list of jobs")
-    jobs = tuple(job_from_dict(e, i, profiles) for i, e in enumerate(entries))
+    named = noise_scales if noise_scales is not None else noise_scales_from_dict(data.get("noise_scales"))
+    jobs = tuple(job_from_dict(e, i, profiles, named) for i, e in enumerate(entries))
     seen: set[str] = set()
     for i, job in enumerate(jobs):
         if job.id in seen:
@@ -154,6 +193,7 @@ def jobs_file_from_dict(data: object, profiles: Mapping[str, ThroughputProfile])
 SPEC_FIELDS = (
     "id", "workload", "total_samples", "min_batch", "max_batch", "max_gpus", "profile", "elastic", "arrival_time",
     "min_gpus", "requested_gpus", "fixed_batch", "priority", "deadline", "seed", "noise_scale", "base_batch",
+    "team", "submitter", "size", "actual_samples",
 )  # fmt: skip
 _SPEC_REQUIRED = ("id", "workload", "total_samples", "min_batch", "max_batch", "max_gpus", "profile")
 
@@ -169,6 +209,10 @@ def spec_to_dict(spec: JobSpec) -> dict[str, object]:
         out.pop("noise_scale", None)
     else:
         out["noise_scale"] = noise_to_value(spec.noise_scale)
+    if spec.size is SizeKnowledge.EXACT:
+        out.pop("size")  # the default: records written before the field read back the same
+    else:
+        out["size"] = spec.size.value
     return out
 
 

@@ -35,6 +35,7 @@ __all__ = [
     "RescaleKind",
     "RunningJob",
     "Share",
+    "SizeKnowledge",
     "ThroughputProfile",
     "validate_allocation",
 ]
@@ -42,6 +43,14 @@ __all__ = [
 
 class InfeasibleError(Exception):
     """A policy could not find an allocation that gives every admitted job >= its minimum GPUs."""
+
+
+class SizeKnowledge(str, Enum):
+    """How far a job's declared ``total_samples`` can be trusted by a policy that plans with it."""
+
+    EXACT = "exact"  # the job runs exactly its declared work (the executor stops it there)
+    ESTIMATE = "estimate"  # a user's estimate ("90 epochs", then it stops early or runs on): a prior, not a fact
+    UNKNOWN = "unknown"  # no size worth planning with: a size-aware policy treats the job by its attained service
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +65,11 @@ class JobSpec:
     default: its profile's, else none — every sample counts the same, whatever the batch).
     ``base_batch`` is B0, the batch its ``total_samples`` are counted at when it has one
     (default: ``fixed_batch`` if set, else ``min_batch``; see ``allocator.physics.goodput``).
+
+    ``size`` says how far ``total_samples`` (the declared work, what policies read) can be
+    trusted (``SizeKnowledge``). ``actual_samples`` is for simulations only: the work the job
+    really does when its declaration is off (default: ``total_samples``); the simulators run it,
+    policies never read it.
     """
 
     id: str
@@ -75,6 +89,10 @@ class JobSpec:
     seed: int | None = None  # the job's sample order (None: the run's); policies ignore it
     noise_scale: NoiseTrajectory | None = None
     base_batch: int | None = None
+    team: str | None = None  # who shares the cluster (allocator.fairness); None: the submitter's team
+    submitter: str | None = None  # who submitted it (the service sets it from the store's row)
+    size: SizeKnowledge = SizeKnowledge.EXACT
+    actual_samples: int | None = None
 
     def __post_init__(self) -> None:
         owner = f"job {self.id!r}" if isinstance(self.id, str) and self.id else "job"
@@ -124,9 +142,24 @@ class JobSpec:
             self.noise_scale,
             "must be a NoiseTrajectory or None",
         )
+        for name in ("team", "submitter"):
+            value = getattr(self, name)
+            require(value is None or (isinstance(value, str) and value.strip() != ""), owner, name, value, "must be a non-empty string or None")
         if self.base_batch is not None:
             positive_int(owner, "base_batch", self.base_batch)
             require(self.base_batch <= MAX_BATCH, owner, "base_batch", self.base_batch, f"must be <= {MAX_BATCH:,} (MAX_BATCH)")
+        try:
+            object.__setattr__(self, "size", SizeKnowledge(self.size))
+        except ValueError:
+            require(False, owner, "size", self.size, f"choose one of {', '.join(k.value for k in SizeKnowledge)}")
+        if self.actual_samples is not None:
+            positive_int(owner, "actual_samples", self.actual_samples)
+
+    @property
+    def work_samples(self) -> int:
+        """The samples the job really processes before it ends: ``actual_samples`` when a
+        simulation gives them, else the declared ``total_samples`` (what a simulator runs)."""
+        return self.actual_samples if self.actual_samples is not None else self.total_samples
 
     @property
     def batch_when_fixed(self) -> int:
@@ -145,6 +178,9 @@ class RunningJob:
     """The job's latest reported gradient noise scale (goodput policies prefer it to a model)."""
     measured: MeasuredTable | None = None
     """What the job measured per configuration (None: its executor measures nothing); ``allocator.profiles.measured``."""
+    change_cost_s: float | None = None
+    """Seconds of progress a change of this job's GPU count costs it, as its executor charges them
+    (None: not known; a policy that weighs the pause uses its own default)."""
 
     def __post_init__(self) -> None:
         finite_nonneg(f"job {self.spec.id!r}", "samples_done", self.samples_done)
@@ -159,6 +195,8 @@ class RunningJob:
         require(
             self.measured is None or isinstance(self.measured, MeasuredTable), f"job {self.spec.id!r}", "measured", self.measured, "must be a MeasuredTable or None"
         )
+        if self.change_cost_s is not None:
+            finite_nonneg(f"job {self.spec.id!r}", "change_cost_s", self.change_cost_s)
 
     @property
     def remaining_samples(self) -> float:

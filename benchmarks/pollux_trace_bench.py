@@ -1,10 +1,10 @@
-"""Pollux's own workloads (OSDI'21 artifact) replayed through our simulator, against Pollux's published mean JCT.
+"""Pollux's own workloads (OSDI'21 artifact) replayed through our simulator, against Pollux's published runs.
 
 Input: the artifact's ``simulator/`` directory — ``git clone -b osdi21-artifact
 https://github.com/petuum/adaptdl`` and pass ``--pollux adaptdl/simulator``. Nothing of it is
-stored in this repository: its CSVs are read and converted here, into our jobs (JobSpec with a
-profile, a noise scale and B0), then replayed by the product's ``allocator.simulator.simulate``
-(what ``malleable simulate`` runs), on goodput physics.
+stored in this repository: its CSVs are read and converted by ``benchmarks/pollux_trace.py``, into
+our jobs (JobSpec with a profile, a noise scale and B0), then replayed by the product's
+``allocator.simulator.simulate`` (what ``malleable simulate`` runs), on goodput physics.
 
 Conversion, per application (``traces/<app>/``):
 * profile: the one-GPU step time against the local batch (placement ``1``), its monotone
@@ -21,207 +21,142 @@ Conversion, per application (``traces/<app>/``):
 * batch range: [initial batch, largest traced batch] (ncf: 32768 only, as Pollux's simulator pins
   it); max GPUs: min(64, largest batch / smallest traced local batch); ``fixed_batch`` (the
   fixed-batch baseline's) = the workload row's ``batch_size``.
-Jobs arrive at the workload rows' times. Costs as Pollux's simulator charges them: 30 s per
-allocation change, the first included; batch-only changes free (Pollux re-optimises the batch
-between steps); 16 nodes x 4 GPUs; Δ = 60 s; the loop also reacts to arrivals and completions
-unless ``--ticks-only``.
+
+Fidelity, as Pollux's simulator: 16 nodes x 4 GPUs; 30 s per allocation change, the start
+included; batch-only changes free; decisions on Δ = 60 s ticks only (``--react`` also decides at
+arrivals and completions); jobs report their noise scale as trainers measure it.
 
 Differences that remain (so the figure is ours, not a reproduction of Pollux's simulator):
 Pollux's true throughput is its traced step times, interpolated per placement; ours is the
 fitted model, placed on as few nodes as possible. Its statistical efficiency uses the gradient
 statistics of the batch actually run (interpolated between traced batches); ours the median
-noise scale over them at the job's progress. No interference, no cluster autoscaling.
+noise scale over them at the job's progress. No interference, no cluster autoscaling, no
+preemption to zero GPUs.
 
-Figures (last line, JSON): per policy the mean over the workloads of the average JCT (s), and
-its ratio to Pollux's published 2751 s (the figure issue 27 quotes for these 8 workloads).
+Workloads: ``--load 1.0`` (``workloads/``, the 8 workloads the defaults were chosen on: in-sample)
+or the artifact's other loads, 0.5, 1.5 and 2.0 (``workloads-<load>/``: 80, 240 and 320 jobs per
+workload, other arrivals and job mixes, never used to choose a default: hold-out). Pollux's
+published run of each (``results-jobload/pollux-<load>``) gives each job's JCT, so its mean, p95
+and makespan per workload; a ratio is the mean over the workloads of ours over the mean of Pollux's.
 
-Run: python benchmarks/pollux_trace_bench.py --pollux PATH/TO/adaptdl/simulator [--workloads 1 2 ...] [--sweep 1 0 -1]
-     [--exponents 0 0.5] [--queues fifo] [--previous]   (--previous: goodput_dp as issue 27 found it)
+Size errors: ``--size-error 0.5 2`` declares each job's work as its true work times a factor drawn
+uniformly from [0.5, 2] (``--size-seed``; the simulated job still does its true work,
+``JobSpec.actual_samples``); ``--mark-estimates`` also marks those jobs ``size: estimate``.
+
+Figures (last line, JSON): per policy variant the mean over the workloads of the average JCT, p95
+JCT and makespan (s) and each one's ratio to Pollux's published run.
+
+Run: python benchmarks/pollux_trace_bench.py --pollux PATH/TO/adaptdl/simulator [--load 1.0] [--workloads 1 2 ...]
+     [-p goodput_dp -p goodput_dp:sizes=ignore ...] [--size-error 0.5 2] [--mark-estimates] [--react] [--workers 2]
+     [--write-jobs DIR]  (each workload as a jobs file for `malleable simulate`)
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
-import statistics
 import sys
 import time
-from dataclasses import dataclass
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from allocator.loop import LoopSettings
-from allocator.metrics import summarise
-from allocator.physics.noise import NoiseTrajectory, noise_from_stats
-from allocator.policies import make_policy
-from allocator.profiles.io import monotone_envelope
-from allocator.simulator import RescaleCost, simulate
-from allocator.physics.topology import fit_topology
-from allocator.types import JobSpec, ThroughputProfile
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-POLLUX_PUBLISHED_AVG_JCT_S = 2751.0
-CAPACITY, GPUS_PER_NODE = 64, 4
-# Pollux's simulator: applications.py (max_epochs; yolov3's memory cap) and simulator.py (ncf's pinned batch).
-MAX_EPOCHS = {"bert": 2, "cifar10": 100, "ncf": 10, "imagenet": 90, "deepspeech2": 80, "yolov3": 50}
-MAX_LOCAL_BSZ = {"yolov3": 8}
-PINNED_BATCH = {"ncf": 32768}
-NOMINAL_PARAMS = 10_000_000  # the ring model's p x beta: only the product is fitted
+from pollux_trace import CAPACITY, GPUS_PER_NODE, LOADS, MAX_EPOCHS, load_application, load_workload, published, workload_path, write_jobs_file  # noqa: E402
+
+from allocator.loop import LoopSettings  # noqa: E402
+from allocator.metrics import summarise  # noqa: E402
+from allocator.policies import parse_policy, policy_parameters  # noqa: E402
+from allocator.simulator import RescaleCost, simulate  # noqa: E402
+from allocator.types import JobSpec, SizeKnowledge  # noqa: E402
+
+DEFAULT_POLICIES = ("goodput_dp", "goodput_dp:sizes=ignore", "goodput_dp:p=-1,remaining_exponent=0,queue=fifo", "elastic_dp", "fixed_batch_dp")
+COST = RescaleCost(in_place_s=30.0, start_s=30.0, batch_s=0.0)
 
 
-@dataclass(frozen=True, slots=True)
-class Application:
-    name: str
-    profile: ThroughputProfile
-    init_batch: int
-    max_batch: int
-    min_local: int
-    work_samples: int
-    noise: NoiseTrajectory
+def with_size_error(jobs: list[JobSpec], low: float, high: float, seed: int, mark: bool) -> list[JobSpec]:
+    """Each job declares its true work times a factor uniform in [low, high]; it still does its true work."""
+    rng = np.random.default_rng(seed)
+    size = SizeKnowledge.ESTIMATE if mark else SizeKnowledge.EXACT
+    return [replace(j, total_samples=max(1, int(round(j.total_samples * rng.uniform(low, high)))), actual_samples=j.total_samples, size=size) for j in jobs]
 
 
-def _rows(path: Path) -> list[dict[str, str]]:
-    with path.open(newline="") as f:
-        return list(csv.DictReader(f))
-
-
-def _profile(name: str, directory: Path) -> tuple[ThroughputProfile, int]:
-    rows = _rows(directory / "placements.csv")
-    single = sorted((int(r["local_bsz"]), float(r["step_time"])) for r in rows if r["placement"] == "1")
-    sizes = [b for b, _ in single]
-    times = monotone_envelope(tuple(t for _, t in single))
-    cap = MAX_LOCAL_BSZ.get(name, max(sizes))
-    measurements = []
-    for r in rows + [dict(placement="", **s) for s in _rows(directory / "scalability.csv")]:
-        if r["placement"]:
-            nodes, replicas = len(r["placement"]), sum(int(c) for c in r["placement"])
-        else:
-            nodes, replicas = int(r["num_nodes"]), int(r["num_replicas"])
-        if replicas < 2:
-            continue
-        extra = float(r["step_time"]) - float(np.interp(int(r["local_bsz"]), sizes, times))
-        measurements.append((NOMINAL_PARAMS, replicas, nodes, max(extra, 0.0)))
-    intra, inter = fit_topology(measurements)
-    keep = [i for i, b in enumerate(sizes) if b <= cap]
-    profile = ThroughputProfile(
-        workload=name,
-        num_params=NOMINAL_PARAMS,
-        batch_sizes=tuple(sizes[i] for i in keep),
-        iter_times_s=tuple(times[i] for i in keep),
-        max_batch_per_gpu=cap,
-        allreduce=intra,
-        hardware="pollux-osdi21-trace",
-        inter_host=inter,
-    )
-    return profile, min(sizes)
-
-
-def _pgns(init_batch: int, row: dict[str, str]) -> float:
-    """Pollux's PGNS from one epoch's statistics; a gradient with no signal left (|G|^2 = 0) has no noise limit."""
-    sqr, var = float(row["grad_sqr"]), float(row["grad_var"])
-    return noise_from_stats(init_batch, sqr, var) if sqr > 0 and var > 0 else float("inf")
-
-
-def load_application(name: str, root: Path) -> Application:
-    directory = root / "traces" / name
-    profile, min_local = _profile(name, directory)
-    validation = {int(p.stem.split("-")[-1]): _rows(p) for p in directory.glob("validation-*.csv")}
-    init_batch, max_batch = min(validation), max(validation)
-    epochs = MAX_EPOCHS[name]
-    # Pollux's get_progress(e): the smallest progress any traced batch had made after epoch e.
-    progress = [0.0] + [min(float(rows[e - 1]["progress"]) for rows in validation.values()) for e in range(1, epochs + 1)]
-    total = progress[-1]
-    pgns = [statistics.median(_pgns(init_batch, rows[e]) for rows in validation.values()) for e in range(epochs)]
-    starts = [p / total for p in progress[:-1]]
-    noise = NoiseTrajectory((*starts, 1.0), tuple(pgns))
-    return Application(name, profile, init_batch, max_batch, min_local, int(round(total * init_batch)), noise)
-
-
-def load_workload(path: Path, apps: dict[str, Application]) -> list[JobSpec]:
-    jobs = []
-    for row in _rows(path):
-        app = apps[row["application"]]
-        lo = hi = PINNED_BATCH[app.name] if app.name in PINNED_BATCH else None
-        lo, hi = (lo, hi) if lo is not None else (app.init_batch, app.max_batch)
-        jobs.append(
-            JobSpec(
-                id=row["name"],
-                workload=app.name,
-                total_samples=app.work_samples,
-                min_batch=lo,
-                max_batch=hi,
-                max_gpus=max(1, min(CAPACITY, hi // app.min_local)),
-                profile=app.profile,
-                arrival_time=float(row["time"]),
-                fixed_batch=min(max(int(row["batch_size"]), lo), hi),
-                noise_scale=app.noise,
-                base_batch=app.init_batch,
-            )
-        )
-    return jobs
+def _run(task: tuple) -> tuple[str, int, dict[str, float], float]:
+    """One workload under one variant (a process of the pool): its mean, p95 and makespan."""
+    root, load, number, label, text, react, size_error, size_seed, mark = task
+    apps = {name: load_application(name, root) for name in MAX_EPOCHS}
+    jobs = load_workload(workload_path(root, load, number), apps)
+    if size_error is not None:
+        jobs = with_size_error(jobs, *size_error, seed=size_seed + number, mark=mark)
+    variant = parse_policy(text)
+    if "hosts" in policy_parameters(variant.name):
+        variant = variant.with_defaults({"hosts": GPUS_PER_NODE})
+    t0 = time.perf_counter()
+    result = simulate(jobs, variant.build(), CAPACITY, LoopSettings(interval_s=60.0, react_to_events=react), COST, gpus_per_host=GPUS_PER_NODE)
+    m = summarise(result, {j.id: j for j in jobs})
+    if m.jobs_completed != len(jobs):
+        raise RuntimeError(f"load {load} workload {number} {label}: {m.jobs_completed}/{len(jobs)} jobs completed")
+    return label, number, {"mean": m.avg_jct_s or 0.0, "p95": m.p95_jct_s or 0.0, "makespan": m.makespan_s, "rescales": m.rescales}, time.perf_counter() - t0
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pollux", type=Path, required=True, help="the artifact's simulator/ directory (workloads/, traces/)")
+    parser.add_argument("--pollux", type=Path, required=True, help="the artifact's simulator/ directory (workloads*/, traces/, results-jobload/)")
+    parser.add_argument("--load", choices=LOADS, default="1.0", help="the artifact's job load: 1.0 in-sample, 0.5/1.5/2.0 hold-out")
     parser.add_argument("--workloads", type=int, nargs="+", default=list(range(1, 9)))
-    parser.add_argument("--sweep", type=float, nargs="*", default=[], help="also run goodput_dp at these power-mean exponents")
-    parser.add_argument("--baselines", action=argparse.BooleanOptionalAction, default=True, help="also run elastic_dp and fixed_batch_dp")
-    parser.add_argument("--queues", nargs="*", default=[], help="also run goodput_dp with these queue orders (fifo, response, shortest)")
-    parser.add_argument("--exponents", type=float, nargs="*", default=[], help="also run goodput_dp with these remaining_exponent values")
-    parser.add_argument("--previous", action="store_true", help="also run goodput_dp as issue 27 found it (p=0, remaining_exponent=0, queue=fifo)")
-    parser.add_argument("--cost-blind", action="store_true", help="also run goodput_dp without the rescale cost in its objective")
-    parser.add_argument("--ticks-only", action="store_true", help="decide only every Δ (Pollux's simulator), not at arrivals and completions")
+    parser.add_argument("-p", "--policy", action="append", help=f"policy variant, repeatable (default: {', '.join(DEFAULT_POLICIES)})")
+    parser.add_argument("--react", action="store_true", help="also decide at arrivals and completions (default: Δ ticks only, as Pollux's simulator)")
+    parser.add_argument("--size-error", type=float, nargs=2, metavar=("LOW", "HIGH"), help="declare each job's work times a factor uniform in [LOW, HIGH]")
+    parser.add_argument("--size-seed", type=int, default=38)
+    parser.add_argument("--mark-estimates", action="store_true", help="with --size-error: mark the jobs size: estimate")
+    parser.add_argument("--workers", type=int, default=1, help="processes")
+    parser.add_argument("--write-jobs", type=Path, help="write each workload as a jobs file into this directory and stop")
     args = parser.parse_args()
-    if not (args.pollux / "workloads").is_dir() or not (args.pollux / "traces").is_dir():
-        sys.exit(f"--pollux={str(args.pollux)!r}: expected the artifact's simulator/ directory (with workloads/ and traces/)")
-    apps = {name: load_application(name, args.pollux) for name in MAX_EPOCHS}
+    root: Path = args.pollux
+    if not all((root / d).is_dir() for d in ("workloads", "traces", "results-jobload")):
+        sys.exit(f"--pollux={str(root)!r}: expected the artifact's simulator/ directory (with workloads/, traces/ and results-jobload/)")
+    texts = args.policy or list(DEFAULT_POLICIES)
+    variants = {parse_policy(t).label: t for t in texts}  # a bad variant fails here, naming the parameter
+    apps = {name: load_application(name, root) for name in MAX_EPOCHS}
+    if args.write_jobs is not None:
+        args.write_jobs.mkdir(parents=True, exist_ok=True)
+        for number in args.workloads:
+            jobs = load_workload(workload_path(root, args.load, number), apps)
+            if args.size_error is not None:
+                jobs = with_size_error(jobs, *args.size_error, seed=args.size_seed + number, mark=args.mark_estimates)
+            write_jobs_file(jobs, apps, args.write_jobs / f"load{args.load}-workload-{number}.yaml")
+        print(f"wrote {len(args.workloads)} jobs files to {args.write_jobs}")
+        return
     for app in apps.values():
         print(f"{app.name:12s} B0 {app.init_batch:6d}  batches <= {app.max_batch:6d}  cap/GPU {app.profile.max_batch_per_gpu:4d}  "
               f"work {app.work_samples:>12,d} samples  B_noise {app.noise.values[0]:.0f} -> {app.noise.values[-1]:.0f}", flush=True)  # fmt: skip
-    cost = RescaleCost(in_place_s=30.0, start_s=30.0, batch_s=0.0)
-    # goodput_dp plans with the run's rescale cost, as `malleable simulate` gives it (--in-place-cost).
-    policies = {"goodput_dp": lambda: make_policy("goodput_dp", hosts=GPUS_PER_NODE, rescale_cost_s=cost.in_place_s)}
-    for p in args.sweep:
-        policies[f"goodput_dp_p{p:g}"] = lambda p=p: make_policy("goodput_dp", hosts=GPUS_PER_NODE, p=p, rescale_cost_s=cost.in_place_s)
-    for queue in args.queues:
-        policies[f"goodput_dp_q{queue}"] = lambda queue=queue: make_policy("goodput_dp", hosts=GPUS_PER_NODE, queue=queue, rescale_cost_s=cost.in_place_s)
-        for p in args.sweep:
-            policies[f"goodput_dp_p{p:g}_q{queue}"] = lambda p=p, queue=queue: make_policy(
-                "goodput_dp", hosts=GPUS_PER_NODE, p=p, queue=queue, rescale_cost_s=cost.in_place_s
-            )
-    for e in args.exponents:
-        policies[f"goodput_dp_e{e:g}"] = lambda e=e: make_policy("goodput_dp", hosts=GPUS_PER_NODE, remaining_exponent=e, rescale_cost_s=cost.in_place_s)
-    if args.previous:
-        policies["goodput_dp_previous"] = lambda: make_policy(
-            "goodput_dp", hosts=GPUS_PER_NODE, p=0.0, remaining_exponent=0.0, queue="fifo", rescale_cost_s=cost.in_place_s
-        )
-    if args.cost_blind:
-        policies["goodput_dp_cost_blind"] = lambda: make_policy("goodput_dp", hosts=GPUS_PER_NODE, rescale_cost_s=0.0)
-    if args.baselines:
-        policies["elastic_dp"] = lambda: make_policy("elastic_dp")
-        policies["fixed_batch_dp"] = lambda: make_policy("fixed_batch_dp")
-    settings = LoopSettings(interval_s=60.0, react_to_events=not args.ticks_only)
-    jct: dict[str, list[float]] = {name: [] for name in policies}
-    for number in args.workloads:
-        jobs = load_workload(args.pollux / "workloads" / f"workload-{number}.csv", apps)
-        specs = {j.id: j for j in jobs}
-        for name, make in policies.items():
-            t0 = time.perf_counter()
-            result = simulate(jobs, make(), CAPACITY, settings, cost, gpus_per_host=GPUS_PER_NODE)
-            m = summarise(result, specs)
-            if m.jobs_completed != len(jobs):
-                raise RuntimeError(f"workload {number} {name}: {m.jobs_completed}/{len(jobs)} jobs completed")
-            jct[name].append(m.avg_jct_s)
-            print(f"workload {number} {name:16s} avg JCT {m.avg_jct_s:7.0f} s  rescales {m.rescales:4d}  batch changes {m.batch_changes:4d}"
-                  f"  makespan {m.makespan_s / 3600:5.1f} h  wall {time.perf_counter() - t0:5.1f} s", flush=True)  # fmt: skip
-    figures: dict[str, object] = {"workloads": args.workloads, "pollux_published_avg_jct_s": POLLUX_PUBLISHED_AVG_JCT_S, "react_to_events": not args.ticks_only}
-    for name, values in jct.items():
-        mean = float(np.mean(values))
-        figures[f"{name}_mean_avg_jct_s"] = round(mean, 1)
-        figures[f"{name}_over_pollux"] = round(mean / POLLUX_PUBLISHED_AVG_JCT_S, 3)
-    print(json.dumps(figures))
+    error = tuple(args.size_error) if args.size_error else None
+    tasks = [(root, args.load, n, label, text, args.react, error, args.size_seed, args.mark_estimates) for n in args.workloads for label, text in variants.items()]
+    ours: dict[str, dict[int, dict[str, float]]] = {label: {} for label in variants}
+    with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
+        for label, number, figures, wall in pool.map(_run, tasks):
+            ours[label][number] = figures
+            pub = published(root, args.load, number)
+            print(f"load {args.load} workload {number} {label:50s} avg JCT {figures['mean']:7.0f} s (Pollux {pub.mean:6.0f})  p95 {figures['p95']:7.0f} "
+                  f"({pub.p95:6.0f})  makespan {figures['makespan']:7.0f} ({pub.makespan:6.0f})  rescales {figures['rescales']:4.0f}  wall {wall:5.1f} s", flush=True)  # fmt: skip
+    pollux = {n: published(root, args.load, n) for n in args.workloads}
+    theirs = {"mean": np.mean([p.mean for p in pollux.values()]), "p95": np.mean([p.p95 for p in pollux.values()]), "makespan": np.mean([p.makespan for p in pollux.values()])}
+    out: dict[str, object] = {
+        "load": args.load, "sample": "in-sample" if args.load == "1.0" else "hold-out", "workloads": args.workloads,
+        "decisions": "ticks, arrivals and completions" if args.react else "ticks only", "interval_s": 60.0, "start_cost_s": COST.start_s,
+        "change_cost_s": COST.in_place_s, "size_error": list(error) if error else None, "size_seed": args.size_seed if error else None,
+        "marked_estimates": bool(error and args.mark_estimates),
+        "pollux": {k: round(float(v), 1) for k, v in theirs.items()},
+    }  # fmt: skip
+    for label, per_workload in ours.items():
+        for key in ("mean", "p95", "makespan"):
+            value = float(np.mean([per_workload[n][key] for n in args.workloads]))
+            out[f"{label}|{key}_s"] = round(value, 1)
+            out[f"{label}|{key}_over_pollux"] = round(value / float(theirs[key]), 3)
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":

@@ -186,6 +186,12 @@ class DaskExecutor:
                 events.append(event)
         return events
 
+    def preempt(self, job_id: str) -> None:
+        """The loop takes the job off the cluster to give its GPUs to another team (``Preempter``):
+        its stop saves a checkpoint first, so that it resumes where it stopped when admitted again."""
+        if job_id in self._tracked:
+            self._tracked[job_id].preempted = True
+
     def waiting_starts(self, now: float) -> tuple[str, ...]:
         """Jobs whose planned start or grow waits for free workers (the loop decides again while any do)."""
         return tuple(j for j, t in self._tracked.items() if t.waiting is not None and t.failure is None)
@@ -205,7 +211,8 @@ class DaskExecutor:
         if after is None:
             t.waiting = None
             if job is not None:
-                job.stop()
+                job.stop(checkpoint=t.preempted)
+                t.preempted = False
                 # Wait for the ranks to leave: the freed workers are what the next start takes.
                 t.result, t.reported = job.collect(), True
             return RescaleEvent(now, job_id, before, None, RescaleKind.STOP, 0.0, measured=True)

@@ -24,6 +24,7 @@ class TrackedJob:
     failure: str | None = None
     reported: bool = False  # its end (completed, failed, stopped, suspended) was told to the loop
     samples_before: float = 0.0  # a job started again after a stop: what its earlier run had trained
+    preempted: bool = False  # its next stop is a preemption: checkpoint first (it resumes later)
 
     @property
     def live(self) -> bool:  # started, and its end neither reported nor failed

@@ -23,7 +23,7 @@ from prefect.cache_policies import NO_CACHE
 
 from allocator.admission import OverflowMode
 from allocator.loop import LoopResult, LoopSettings, StepReport
-from allocator.policies import make_policy
+from allocator.policies import parse_policy
 from allocator.specs import JobsFile
 from allocator.types import JobSpec
 from deploy.clusters import connect
@@ -217,7 +217,7 @@ def cluster_flow(
     jobs, _, file_policy = load_jobs(jobs_file) if parsed is None else (parsed.jobs, parsed.gpus, parsed.policy)
     check_trainable(jobs)
     chosen = policy or file_policy or settings.policy
-    make_policy(chosen)
+    parse_policy(chosen).build()
     loop_settings = LoopSettings(interval_s=settings.interval_s, overflow=OverflowMode(settings.overflow), react_to_events=react)
     job_settings = JobSettings(timeout_s=collective_timeout_s, checkpoint_root=settings.checkpoint_location(f"cluster-{int(time.time())}"))
     progress = ProgressArtifact(f"jobs finished of {len(jobs)}", len(jobs))

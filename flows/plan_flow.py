@@ -7,7 +7,7 @@ from pathlib import Path
 from prefect import flow
 
 from allocator.plan import Plan, make_plan
-from allocator.policies import make_policy
+from allocator.policies import parse_policy
 from allocator.types import JobSpec
 from flows.recording.artifacts import artifact_key
 from flows.config.jobfile import load_jobs_file
@@ -34,7 +34,7 @@ def publish_plan(plan: Plan) -> None:
 
 @flow(name="plan")
 def plan_jobs(jobs: list[JobSpec], gpus: int, policy: str = "elastic_dp") -> Plan:
-    plan = make_plan(jobs, gpus, make_policy(policy))
+    plan = make_plan(jobs, gpus, parse_policy(policy).build())
     publish_plan(plan)
     return plan
 

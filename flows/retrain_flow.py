@@ -19,6 +19,7 @@ from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
+from allocator.fairness.priority import priority_value
 from allocator.types import JobSpec, Share
 from deploy.clusters import KubeSpec, connect
 from flows.config.kube import kube_spec
@@ -138,11 +139,16 @@ def retrain_flow(
     profile_batches: list[int] | None = None,
     timeout_s: float = 1800.0,
     job_name: str | None = None,
+    priority: str | int = "default",
 ) -> RetrainOutcome:
-    """Retrain one model elastically on the workers available and log it to MLflow."""
+    """Retrain one model elastically on the workers available and log it to MLflow.
+
+    ``priority``: the job's class on a team's service (``nightly`` for the scheduled deployment:
+    its team's GPUs go to it first; ``allocator.fairness.priority``); alone it runs on what is free."""
     settings = load_settings(workers=workers, policy=policy)
     if epochs <= 0:
         raise ValueError(f"epochs={epochs!r}: must be > 0")
+    level = priority_value(priority)
     recipe = load_entry_point(entrypoint)
     job_id = job_name or recipe.name
     batches = profile_batches or [8, 16, 32, 64]
@@ -154,7 +160,7 @@ def retrain_flow(
         # Its workers are busy training, so the profile is this machine's (as its ranks would run);
         # the service refits the model from the job's own steps as it trains.
         profile = profile_flow(entrypoint, batch_sizes=batches)
-        spec = JobSpec(id=job_id, workload=entrypoint, total_samples=total, min_batch=min_batch, max_batch=max_batch, max_gpus=settings.workers, profile=profile)
+        spec = JobSpec(id=job_id, workload=entrypoint, total_samples=total, min_batch=min_batch, max_batch=max_batch, max_gpus=settings.workers, profile=profile, priority=level)
         return _retrain_through_service(store_url, spec, tracker, timeout_s, epochs)
     # The guard ends the run FAILED/KILLED if training raises or is interrupted (never left RUNNING).
     with RunGuard(tracker) as guard, connect(settings.cluster.value, workers=settings.workers, address=settings.scheduler_address, kube=_kube(settings, settings.workers)) as client:

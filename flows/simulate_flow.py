@@ -15,12 +15,17 @@ from prefect import flow, task
 
 from allocator.admission import OverflowMode
 from allocator.loop import LoopResult, LoopSettings
-from allocator.policies import make_policy, policy_parameters
+from allocator.fairness.policy import fair
+from allocator.fairness.report import loop_isolate, report_run
+from allocator.fairness.teams import TeamTable
+from allocator.policies import parse_policy
 from allocator.simulator import RescaleCost, physics_of, simulate
 from allocator.specs import JobsFile
 from allocator.types import JobSpec
 from flows.recording.artifacts import publish_results, summary_markdown
 from flows.config.jobfile import load_jobs_file
+from flows.config.teams_file import load_teams_file
+from flows.recording.fairness_metrics import fairness_metrics
 from flows.recording.record import JobOutcome, RecordedRun, record_run
 from flows.config.settings import load_settings
 from flows.recording.tracking import tracker_from_settings
@@ -45,18 +50,26 @@ def load_jobs(jobs_file: str) -> tuple[tuple[JobSpec, ...], int | None, str | No
 
 @task(name="simulate-loop")
 def simulate_loop(
-    jobs: Sequence[JobSpec], policy: str, capacity: int, settings: LoopSettings, in_place_cost_s: float, start_cost_s: float = 0.0, checkpoint: tuple[float, int] = (0.0, 0)
-) -> LoopResult:
-    # A policy that weighs rescale costs plans with this run's (as `malleable simulate` gives it).
-    params = {"rescale_cost_s": in_place_cost_s} if "rescale_cost_s" in policy_parameters(policy) else {}
+    jobs: Sequence[JobSpec], policy: str, capacity: int, settings: LoopSettings, in_place_cost_s: float, start_cost_s: float = 0.0, checkpoint: tuple[float, int] = (0.0, 0),
+    teams: TeamTable | None = None,
+) -> tuple[LoopResult, dict[str, float]]:
+    """The run, and its fairness as metrics when ``teams`` share the cluster (the policy inside their shares).
+
+    ``policy`` is a name or a variant (NAME:KEY=VALUE,...); a policy that weighs the pause a change
+    costs reads this run's from the loop (RunningJob.change_cost_s), as by every other route."""
     cost = RescaleCost(in_place_s=in_place_cost_s, start_s=start_cost_s, checkpoint_s=checkpoint[0], checkpoint_every=checkpoint[1])
-    return simulate(jobs, make_policy(policy, **params), capacity, settings, cost)
+    inner = parse_policy(policy).build()
+    if teams is None:
+        return simulate(jobs, inner, capacity, settings, cost), {}
+    result = simulate(jobs, fair(inner, teams, settings.strict_fifo), capacity, settings, cost)
+    isolate = loop_isolate(lambda team_jobs, gpus: simulate(team_jobs, parse_policy(policy).build(), gpus, settings, cost))
+    return result, fairness_metrics(report_run(result, jobs, teams, isolate))
 
 
 @task(name="record-mlflow", retries=2, retry_delay_seconds=2)
-def record_simulation(name: str, result: LoopResult, jobs: Sequence[JobSpec], start_ms: int, params: dict) -> RecordedRun:
+def record_simulation(name: str, result: LoopResult, jobs: Sequence[JobSpec], start_ms: int, params: dict, extra: dict[str, float] | None = None) -> RecordedRun:
     tracker = tracker_from_settings(load_settings())
-    return record_run(tracker, name, result, {j.id: j for j in jobs}, mode="simulated", start_ms=start_ms, params=params)
+    return record_run(tracker, name, result, {j.id: j for j in jobs}, mode="simulated", start_ms=start_ms, params=params, extra_metrics=extra)
 
 
 @flow(name="simulate", log_prints=True)
@@ -73,6 +86,7 @@ def simulate_flow(
     parsed: JobsFile | None = None,
     checkpoint_s: float = 0.0,
     checkpoint_every: int = 0,
+    teams_file: str | None = None,
 ) -> SimulateOutcome:
     """Simulate ``jobs_file`` under a policy and record it in MLflow (parent + nested runs).
 
@@ -80,7 +94,8 @@ def simulate_flow(
     and once when it starts (rank launch, rendezvous, final evaluation of a real run);
     ``checkpoint_s`` every ``checkpoint_every`` steps: what a job's checkpoint writes cost it.
     ``parsed``: ``jobs_file`` as the caller already read it (the CLI validates it first), so a
-    command parses it once.
+    command parses it once. ``teams_file``: teams share the cluster (the policy inside their
+    shares), and the parent run records how fair it was (``fairness_*``, ``team.<name>.*``).
     """
     settings = load_settings(policy=policy, interval_s=interval_s, overflow=overflow)
     jobs, file_gpus, file_policy = load_jobs(jobs_file) if parsed is None else (parsed.jobs, parsed.gpus, parsed.policy)
@@ -88,12 +103,20 @@ def simulate_flow(
     chosen = policy or file_policy or settings.policy
     loop_settings = LoopSettings(interval_s=settings.interval_s, overflow=OverflowMode(settings.overflow), react_to_events=react)
     start_ms = int(time.time() * 1000)
-    result = simulate_loop(jobs, chosen, capacity, loop_settings, in_place_cost_s, start_cost_s, (checkpoint_s, checkpoint_every))
+    teams = None if teams_file is None else load_teams_file(teams_file)
+    result, fairness = simulate_loop(jobs, chosen, capacity, loop_settings, in_place_cost_s, start_cost_s, (checkpoint_s, checkpoint_every), teams)
     name = run_name or f"simulate-{Path(jobs_file).stem}-{chosen}"
     physics = physics_of(jobs).value  # goodput when any job carries a noise scale (allocator.simulator.run)
     recorded = record_simulation(
-        name, result, jobs, start_ms, {"jobs_file": str(jobs_file), "in_place_cost_s": in_place_cost_s, "start_cost_s": start_cost_s, "physics": physics}
-    )
+        name, result, jobs, start_ms, {
+            "jobs_file": str(jobs_file), "in_place_cost_s": in_place_cost_s, "start_cost_s": start_cost_s, "physics": physics,
+            **({"teams_file": teams_file} if teams_file else {}),
+            # the simulator's fidelity switches in force (docs/simulator.md)
+            "interval_s": loop_settings.interval_s, "decisions": "ticks, arrivals and completions" if react else "ticks only",
+            "react_to_noise": loop_settings.react_to_noise, "noise": "measured", "batch_change_cost_s": RescaleCost().batch_s,
+        },
+        fairness,
+    )  # fmt: skip
     publish_results(
         "simulate",
         result,

@@ -13,18 +13,21 @@ import dataclasses
 import threading
 from collections.abc import Callable, Sequence
 
+from allocator.fairness.teams import TeamTable
 from allocator.loop.sources import Arrivals
 from allocator.types import JobSpec
 from service.jobs.entrypoints import entry_module, not_allowed, not_importable
 from service.store.listen import Listener
 from service.store.records import JobRow, JobState
-from service.store import JobStore
+from service.store import JobStore, submitter_identity
 
 
 class StoreFeed:
     """Looks at the store at most every ``poll_s``; first hands over ``resume`` (a restart's jobs).
     ``allowed``: MALLEABLE_ALLOWED_ENTRYPOINTS' patterns; a job outside them, or whose module
-    cannot be imported here, fails before it is admitted."""
+    cannot be imported here, fails before it is admitted. Every job carries its row's submitter;
+    with ``teams`` its team is the submitter's there (identity from the store, not what a
+    submission says), and ``team_of`` keeps each job's."""
 
     def __init__(
         self,
@@ -35,6 +38,8 @@ class StoreFeed:
         on_poll: Callable[[float], None] | None = None,
         allowed: tuple[str, ...] | None = None,
         listen: bool = True,
+        teams: TeamTable | None = None,
+        team_of: dict[str, str] | None = None,
     ) -> None:
         if not (poll_s > 0):
             raise ValueError(f"poll_s={poll_s!r}: must be > 0")
@@ -46,6 +51,8 @@ class StoreFeed:
         self._refused: dict[str, str | None] = {}  # module -> why it may not run (one check per module)
         self.listener = Listener.open(store) if listen else None
         self._first = True
+        self.teams = teams
+        self.team_of: dict[str, str] = {} if team_of is None else team_of
 
     def close(self) -> None:
         if self.listener is not None:
@@ -90,7 +97,11 @@ class StoreFeed:
                 self.store.set_state(row.id, JobState.FAILED, only_from=(JobState.QUEUED, JobState.SUSPENDED), error=f"entry point refused: {why}")
                 continue
             try:
-                jobs.append(dataclasses.replace(row.job_spec(), arrival_time=now))  # it arrives on the loop's clock now
+                spec = dataclasses.replace(row.job_spec(), arrival_time=now, submitter=row.submitter)  # it arrives on the loop's clock now
+                if self.teams is not None:
+                    spec = dataclasses.replace(spec, team=self.teams.team_of_submitter(submitter_identity(row.submitter)))
+                    self.team_of[row.id] = spec.team or self.teams.default
+                jobs.append(spec)
             except ValueError as exc:  # a store edited by hand, or by another version's rules
                 self.store.set_state(row.id, JobState.FAILED, error=f"invalid job spec: {exc}")
                 continue

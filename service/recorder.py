@@ -4,8 +4,9 @@ allocations, progress. The store is how submitters watch, and how a restart resu
 from __future__ import annotations
 
 import json
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
 from allocator.loop import JobTransition, StepReport
@@ -47,10 +48,12 @@ class StoreRecorder:
         say: Callable[[str], None],
         result_of: Callable[[str], JobResult | None] = lambda _job: None,
         rates: JobFigures | None = None,
+        team_of: Mapping[str, str] | None = None,
     ) -> None:
         self.store, self.tracking, self.checkpoint_dir_of, self.board_of, self.say = store, tracking, checkpoint_dir_of, board_of, say
         self.result_of = result_of
         self.rates = rates
+        self.team_of: Mapping[str, str] = {} if team_of is None else team_of  # filled by the feed as jobs arrive
         self._shares: dict[str, Share] = {}  # each running job's current share: the generation its measured rate belongs to
 
     def _generation_ends(self, job_id: str) -> None:
@@ -69,7 +72,7 @@ class StoreRecorder:
         if t.phase is JobState.RUNNING:
             row = self.store.job(t.job_id)
             run_id = self.tracking.job_run(
-                t.job_id, row.name, row.mlflow_run_id, {**row.spec, "submitter": row.submitter}, parent=row.mlflow_parent_run_id, submitter=row.submitter
+                t.job_id, row.name, row.mlflow_run_id, {**row.spec, "submitter": row.submitter, **self._team(t.job_id)}, parent=row.mlflow_parent_run_id, submitter=row.submitter
             )
             # A new run's id is written by the tracking thread once MLflow made it (``on_run``):
             # only a known id is written here, never a None over one that arrived first.
@@ -124,4 +127,19 @@ class StoreRecorder:
             if e.before is None and board is not None:
                 self.store.update_job(e.job_id, board_id=board)
         self.store.record_allocations(rows)
-        self.tracking.metrics(None, {"gpus_in_use": report.allocation.total_gpus, "jobs_queued": report.queued})
+        # Every team seen so far, 0 when none of its jobs runs: the curve drops to 0 rather than stops.
+        teams = {f"team_gpus.{_metric_name(t)}": 0.0 for t in set(self.team_of.values())}
+        if self.team_of:
+            for job_id, share in report.allocation.shares:
+                key = f"team_gpus.{_metric_name(self.team_of.get(job_id, '-'))}"
+                teams[key] = teams.get(key, 0.0) + share.gpus
+        self.tracking.metrics(None, {"gpus_in_use": report.allocation.total_gpus, "jobs_queued": report.queued, **teams})
+
+    def _team(self, job_id: str) -> dict[str, str]:
+        team = self.team_of.get(job_id)
+        return {} if team is None else {"team": team}
+
+
+def _metric_name(text: str) -> str:
+    """A team name as an MLflow metric name may spell it (letters, digits, _ - . / and spaces)."""
+    return re.sub(r"[^\w.\- /]", "_", text)[:100]

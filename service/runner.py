@@ -20,7 +20,9 @@ from allocator.admission import OverflowMode
 from allocator.physics.goodput import NoiseModel
 from allocator.loop import LoopResult, LoopSettings, StepReport, run_loop
 from allocator.profiles.measured import TrustSettings
-from allocator.policies import make_policy
+from allocator.fairness.policy import fair
+from allocator.fairness.teams import TeamTable
+from allocator.policies import Policy, parse_policy
 from elastic_tasks.cluster import gpu_workers, warm_up_trainer
 from elastic_tasks.workloads import resolve_workload
 from elastic_tasks.executor import DaskExecutor, JobSettings, WallClock
@@ -53,6 +55,8 @@ class ServiceConfig:
     # MALLEABLE_ALLOWED_ENTRYPOINTS as patterns; None: any module may run.
     allowed_entrypoints: tuple[str, ...] | None = None
     trust_measurements: bool = True  # the loop trusts what jobs measured over the model (allocator.profiles.measured)
+    # Fair sharing among teams (allocator.fairness): the policy decides inside each team's share.
+    teams: TeamTable | None = None
 
     def __post_init__(self) -> None:
         for name in ("interval_s", "poll_s", "progress_s", "collective_timeout_s", "lease_ttl_s"):
@@ -61,9 +65,15 @@ class ServiceConfig:
                 raise ValueError(f"ServiceConfig.{name}={value!r}: must be a finite number > 0")
         if not (isinstance(self.checkpoint_every, int) and self.checkpoint_every >= 1):
             raise ValueError(f"ServiceConfig.checkpoint_every={self.checkpoint_every!r}: must be an integer >= 1 (jobs resume from checkpoints)")
-        make_policy(self.policy)
+        self.build_policy()  # a bad name or parameter fails here, naming it
         if self.policy.startswith("idle_nodes"):
             raise ValueError(f"ServiceConfig.policy={self.policy!r}: idle-node policies need node names, which the service's workers do not expose")
+
+
+    def build_policy(self) -> Policy:
+        """The configured policy: a name or a variant (``goodput_dp:p=-1``), built as every route
+        builds it (``allocator.policies.parse_policy``): what it leaves out is the policy's default."""
+        return parse_policy(self.policy).build()
 
 
 class Service:
@@ -152,27 +162,31 @@ class Service:
             clock = WallClock()
             self.started_ms = int(time.time() * 1000)  # the loop's t = 0 as a timestamp
             settings = JobSettings(timeout_s=cfg.collective_timeout_s, checkpoint_root=cfg.checkpoint_root, checkpoint_every=cfg.checkpoint_every, poll_s=cfg.poll_s)
-            policy = make_policy(cfg.policy)
+            policy = cfg.build_policy()
+            if cfg.teams is not None:
+                policy = fair(policy, cfg.teams, cfg.strict_fifo)
             # A goodput policy counts work in base-batch-equivalent samples: the executor counts the same way.
             noise_model = policy if isinstance(policy, NoiseModel) else None
             executor = self.executor = DaskExecutor(
                 self.client, lambda spec: resolve_workload(spec.workload, spec.id), settings, clock=clock, noise_model=noise_model,
                 build_recipe_here=False,  # the feed found the module; ranks build the recipe: no torch here
             )
+            team_of: dict[str, str] = {}  # each job's team, as the feed assigned it (teams configured)
             recorder = StoreRecorder(
                 self.store, tracking, self.checkpoint_dir, lambda j: executor.jobs[j].board_id if j in executor.jobs else None, self.say,
-                result_of=executor.result, rates=executor,
+                result_of=executor.result, rates=executor, team_of=team_of,
             )  # fmt: skip
-            tracking.service_started({"policy": cfg.policy, "interval_s": str(cfg.interval_s), "scheduler": self.client.scheduler.address})
+            tracking.service_started({"policy": policy.name, "interval_s": str(cfg.interval_s), "scheduler": self.client.scheduler.address})
             heartbeat = _Heartbeat(self.store, executor, tracking, self.client, cfg.progress_s)
-            feed = StoreFeed(self.store, self.stopping, cfg.poll_s, resume, on_poll=heartbeat, allowed=cfg.allowed_entrypoints)
+            feed = StoreFeed(self.store, self.stopping, cfg.poll_s, resume, on_poll=heartbeat, allowed=cfg.allowed_entrypoints, teams=cfg.teams, team_of=team_of)
             self.lease_watch = threading.Thread(target=self._watch_lease, daemon=True, name="malleable-lease-watch")
             self.lease_watch.start()
             loop_settings = LoopSettings(
                 interval_s=cfg.interval_s, overflow=cfg.overflow, strict_fifo=cfg.strict_fifo, react_to_events=cfg.react,
                 trust=TrustSettings() if cfg.trust_measurements else None,
             )  # fmt: skip
-            self.say(f"serving {redact(self.store.url)} with {cfg.policy} on {len(gpu_workers(self.client))} GPU worker(s)")
+            shared = "" if cfg.teams is None else f", fair shares among {len(cfg.teams.names())} teams"
+            self.say(f"serving {redact(self.store.url)} with {cfg.policy}{shared} on {len(gpu_workers(self.client))} GPU worker(s)")
             self.result = run_loop(
                 feed, policy, lambda: len(gpu_workers(self.client)), clock, executor, loop_settings,
                 observer=recorder.observer if observer is None else _both(recorder.observer, observer), on_job=recorder.on_job,

@@ -24,7 +24,7 @@ def test_jobs_file_two_policies_writes_schedules_plots_summary(tmp_path):
     for name in ("schedule-elastic_dp.csv", "schedule-fixed_batch_dp.csv", "jobs-completed.png", "gpus-per-job-elastic_dp.png"):
         assert (tmp_path / name).stat().st_size > 0
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["elastic_dp"]["completed"] == 4
+    assert summary["policies"]["elastic_dp"]["completed"] == 4
     assert (tmp_path / "schedule-elastic_dp.csv").read_text().startswith("time_s,job,gpus,batch,accum_steps\n")
 
 
@@ -34,7 +34,7 @@ def test_csv_trace_and_drop_mode(tmp_path):
     trace.write_text(write_trace(jobs, "csv", {f"cat{n}": p for n, p in PROFILES.items()}))
     result = runner.invoke(app, ["simulate", str(trace), "--gpus", "8", "--overflow", "drop", "--react", "-o", str(tmp_path / "o")])
     assert result.exit_code == 0, result.output
-    assert json.loads((tmp_path / "o" / "summary.json").read_text())["elastic_dp"]["jobs"] == len(jobs)
+    assert json.loads((tmp_path / "o" / "summary.json").read_text())["policies"]["elastic_dp"]["jobs"] == len(jobs)
 
 
 def test_small_experiment_writes_summary(tmp_path):
@@ -110,7 +110,7 @@ def test_own_profiles_start_cost_makespan_and_mean_jct(tmp_path):
     assert "profiles from" in result.output and "mynet" in result.output
     # Alone on 4 GPUs: T(64, 4) = 64 / (16 / 1000 + 2 * 3 * 0.001) = 2909.09 samples/s, after a 5 s
     # start: a ends at 5 + 64000 * 0.022 / 64 = 27.0, before b arrives; b at 100 + 5 + 11.0 = 116.
-    summary = json.loads((out / "summary.json").read_text())["elastic_dp"]
+    summary = json.loads((out / "summary.json").read_text())["policies"]["elastic_dp"]
     stops = _stops((out / "schedule-elastic_dp.csv").read_text())
     assert stops["a"] == pytest.approx(27.0) and stops["b"] == pytest.approx(116.0)
     assert summary["makespan_s"] == pytest.approx(116.0, abs=0.05)
@@ -156,7 +156,7 @@ def test_restart_rescales_charge_the_restart_cost(tmp_path):
     args = ["simulate", str(trace), "--gpus", "4", "--profiles", str(tmp_path / "prof"), "--no-plots", "--rescale", "restart", "--restart-cost", "30"]
     result = runner.invoke(app, [*args, "-o", str(tmp_path / "o")])
     assert result.exit_code == 0, result.output
-    summary = json.loads((tmp_path / "o" / "summary.json").read_text())["elastic_dp"]
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())["policies"]["elastic_dp"]
     assert summary["rescales"] >= 1 and summary["rescale_cost_s"] == pytest.approx(30.0 * summary["rescales"])
     bad = runner.invoke(app, [*args[:-1], "-1", "-o", str(tmp_path / "bad")])
     assert bad.exit_code == 2 and "restart_cost=-1.0" in bad.output and not (tmp_path / "bad").exists()

@@ -142,7 +142,8 @@ def test_a_row_written_in_the_old_format_reads_whole_into_the_loop(tmp_path):
     feed = StoreFeed(store, threading.Event(), listen=False)
     arrived = feed.poll(5.0).jobs
     assert len(arrived) == 1
-    _same_fields(arrived[0], dataclasses.replace(_expected(job_id), arrival_time=5.0))
+    # The loop's copy carries its row's submitter (the store's identity, issue 36), never the file's.
+    _same_fields(arrived[0], dataclasses.replace(_expected(job_id), arrival_time=5.0, submitter=store.job(job_id).submitter))
 
 
 def test_a_retry_finds_its_job_written_in_the_old_format(tmp_path):

@@ -1,7 +1,7 @@
 """Every layer arrow and the absence of import circles, read from the source itself.
 
-The layers (docs/architecture.md): ``flows`` → ``service`` → ``deploy`` → ``elastic_tasks`` →
-``allocator``; an import may only point down. Imports inside functions count (they run), imports
+The layers (docs/architecture.md): ``malleable`` (the public Python API, over everything) →
+``flows`` → ``service`` → ``deploy`` → ``elastic_tasks`` → ``allocator``; an import may only point down. Imports inside functions count (they run), imports
 under ``if TYPE_CHECKING:`` do not (they never execute). The oracle is this file's own reading
 of the source with ``ast``; nothing of the product is imported. The rooms stay small too: no
 folder of the product with more than fifteen modules side by side, no Python file over 400 lines.
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("allocator", "elastic_tasks", "deploy", "service", "flows")
+PACKAGES = ("allocator", "elastic_tasks", "deploy", "service", "flows", "malleable")
 # What each layer may import besides itself: everything strictly below it.
 MAY_IMPORT = {top: set(PACKAGES[: i]) for i, top in enumerate(PACKAGES)}
 

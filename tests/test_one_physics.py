@@ -51,7 +51,7 @@ def test_cli_runs_three_policies_on_goodput_and_the_python_api_gives_identical_s
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "goodput physics" in result.output and "3 of 4 jobs carry a noise_scale" in result.output
-    summary = json.loads((out / "summary.json").read_text())
+    summary = json.loads((out / "summary.json").read_text())["policies"]
     assert [summary[p]["physics"] for p in policies] == ["goodput"] * 3
     assert all(summary[p]["completed"] == 4 and summary[p]["avg_jct_s"] > 0 for p in policies)
     jobs = load_jobs_file(path).jobs
@@ -117,7 +117,7 @@ def test_noise_file_gives_jobs_their_noise_and_a_typo_is_refused(tmp_path):
     (tmp_path / "n.json").write_text(json.dumps({"tiny": {"fractions": [0, 0.5], "values": [80, 800]}}))
     result = runner.invoke(app, ["simulate", str(path), "-p", "goodput_dp", "--noise", str(tmp_path / "n.json"), "--no-plots", "-o", str(tmp_path / "o")])
     assert result.exit_code == 0, result.output
-    assert json.loads((tmp_path / "o" / "summary.json").read_text())["goodput_dp"]["physics"] == "goodput"
+    assert json.loads((tmp_path / "o" / "summary.json").read_text())["policies"]["goodput_dp"]["physics"] == "goodput"
     (tmp_path / "typo.json").write_text(json.dumps({"tinny": 80}))
     result = runner.invoke(app, ["simulate", str(path), "--noise", str(tmp_path / "typo.json"), "--no-plots", "-o", str(tmp_path / "o2")])
     assert result.exit_code == 2 and "noise['tinny']: names no job id or workload" in result.output
@@ -128,7 +128,7 @@ def test_without_noise_the_run_is_on_throughput_physics(tmp_path):
     result = runner.invoke(app, ["simulate", str(path), "-p", "goodput_dp", "-p", "elastic_dp", "--no-plots", "-o", str(tmp_path / "o")])
     assert result.exit_code == 0, result.output
     assert "throughput physics" in result.output
-    assert {v["physics"] for v in json.loads((tmp_path / "o" / "summary.json").read_text()).values()} == {"throughput"}
+    assert {v["physics"] for v in json.loads((tmp_path / "o" / "summary.json").read_text())["policies"].values()} == {"throughput"}
 
 
 def test_a_batch_only_change_is_not_a_rescale():
@@ -166,7 +166,7 @@ def test_the_example_jobs_file_shows_each_form_and_runs_on_goodput(tmp_path):
     assert jobs["vgg11-c"].noise_scale.values == (pytest.approx(64 * 0.6 / 0.2),) and jobs["vgg11-c"].base_batch == 64
     result = runner.invoke(app, ["simulate", str(example), "-p", "goodput_dp", "-p", "elastic_dp", "-p", "fixed_batch_dp", "--no-plots", "-o", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    summary = json.loads((tmp_path / "summary.json").read_text())
+    summary = json.loads((tmp_path / "summary.json").read_text())["policies"]
     assert {p: (s["physics"], s["completed"]) for p, s in summary.items()} == {p: ("goodput", 4) for p in ("goodput_dp", "elastic_dp", "fixed_batch_dp")}
 
 

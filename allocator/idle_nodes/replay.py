@@ -19,6 +19,8 @@ static nodes in the best static split with no costs, U = A_e / A_s.
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 import statistics
 import time
@@ -165,6 +167,19 @@ class _Job:
         return max(now, self.stall_until) + (self.spec.total_samples - self.done) / r if r > 0 else math.inf
 
 
+def with_run_model(policy: Policy, curves: Mapping[str, ScalingCurve], costs: Mapping[str, NodeRescaleCost], default_cost: NodeRescaleCost) -> Policy:
+    """A policy that plans with scaling curves and rescale costs takes the run's where it was given
+    none of its own, so one policy name plans alike by every route (the CLI, a Python replay)."""
+    fill: dict[str, object] = {}
+    if getattr(policy, "curves", None) == {}:
+        fill["curves"] = dict(curves)
+    if hasattr(policy, "default_cost") and getattr(policy, "default_cost") is None:
+        fill["default_cost"] = default_cost
+        if getattr(policy, "costs", None) == {}:
+            fill["costs"] = dict(costs)
+    return dataclasses.replace(policy, **fill) if fill else policy  # type: ignore[type-var]
+
+
 def replay(
     trace: IdleTrace,
     jobs: Sequence[JobSpec],
@@ -180,6 +195,7 @@ def replay(
     if max_parallel < 1:
         raise ValueError(f"max_parallel={max_parallel!r}: must be >= 1")
     costs = costs or {}
+    policy = with_run_model(policy, curves, costs, default_cost)
     missing = sorted({j.workload for j in jobs} - set(curves) - {j.id for j in jobs if j.id in curves})
     if missing:
         raise ValueError(f"curves: no scaling curve for workload(s) {missing}")

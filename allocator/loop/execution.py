@@ -100,6 +100,22 @@ def reported_measurements(executor: Executor, job_id: str, now: float) -> Measur
 
 
 @runtime_checkable
+class ChangeCostReporter(Protocol):
+    """What an executor may add to ``Executor``: the seconds of progress a change of a running job's
+    GPU count costs it. The loop copies it into ``RunningJob.change_cost_s``, so a policy that weighs
+    the pause plans with the run's own cost whichever route built it (the simulators charge a known
+    cost; an executor without the method reports nothing and the policy keeps its default)."""
+
+    def change_cost(self, job_id: str) -> float | None:
+        """Seconds a GPU-count change of ``job_id`` costs it now (None: not known)."""
+        ...
+
+
+def reported_change_cost(executor: Executor, job_id: str) -> float | None:
+    return executor.change_cost(job_id) if isinstance(executor, ChangeCostReporter) else None
+
+
+@runtime_checkable
 class StartWaiter(Protocol):
     """What an executor may add to ``Executor``: jobs the loop admitted whose start waits for the
     resources the plan counted on (a real cluster frees a finishing job's workers a little after
@@ -113,6 +129,16 @@ class StartWaiter(Protocol):
 
 def waiting_starts(executor: Executor, now: float) -> tuple[str, ...]:
     return executor.waiting_starts(now) if isinstance(executor, StartWaiter) else ()
+
+
+@runtime_checkable
+class Preempter(Protocol):
+    """What an executor may add to ``Executor``: to be told, before the ``apply`` that stops it,
+    that a job is preempted rather than ended (it goes back to the queue): a real one checkpoints
+    it on the way out. An executor without the method stops it as any other (the simulators keep
+    a stopped job's progress anyway)."""
+
+    def preempt(self, job_id: str) -> None: ...
 
 
 def share_changes(previous: Allocation, new: Allocation) -> list[tuple[str, Share | None, Share | None]]:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from allocator.admission import OverflowMode, admit, reallocate
-from allocator.loop.execution import Executor, reported_measurements, reported_noise_scale, reported_profile, waiting_starts
+from allocator.loop.execution import Executor, Preempter, reported_change_cost, reported_measurements, reported_noise_scale, reported_profile, waiting_starts
 from allocator.physics.goodput import NoiseModel
 from allocator.loop.lifecycle import JobState
 from allocator.loop.types import JobRecord, JobTransition, LoopResult, LoopSettings, ScheduleRow, StepReport
@@ -196,7 +196,7 @@ class LoopRun:
     def decision_due(self, now: float, on_tick: bool) -> bool:
         """At a tick a moved noise scale or a worse-measured exploration is a reason too."""
         fits = self.allocation.total_gpus <= self.cap
-        if on_tick and not self.dirty and _noise_moved(self.policy, self.running, self.executor, now, self.decided_noise):
+        if on_tick and not self.dirty and self.settings.react_to_noise and _noise_moved(self.policy, self.running, self.executor, now, self.decided_noise):
             self.dirty = True  # a goodput policy's batch follows a job's noise scale: decide again at the tick
         if on_tick and not self.dirty and self.settings.trust is not None and self.running and fits:
             # A job measured its exploration worse than a configuration it ran before: revert it now.
@@ -218,9 +218,15 @@ class LoopRun:
         new = decision.allocation
         if self.settings.trust is not None:
             new = trust_measurements(snapshot, new, self.settings.trust, _value(policy))
+        for job in decision.preempted:
+            # Back to the queue with its progress (the executor stops it; a restart resumes it).
+            if isinstance(self.executor, Preempter):
+                self.executor.preempt(job.id)
+            del self.running[job.id]
+            self._tell(now, job.id, JobState.QUEUED, "preempted: its team's share is needed by another team or a higher class")
         for job in decision.admission.admitted:
             self.running[job.id] = job
-            self.track.start[job.id] = now
+            self.track.start.setdefault(job.id, now)  # a preempted job's first start stays its start
             self._tell(now, job.id, JobState.RUNNING)
         events = self._apply(now, new)
         for job in decision.admission.dropped:
@@ -274,7 +280,10 @@ class LoopRun:
     def _running_now(self, now: float) -> tuple[RunningJob, ...]:
         executor = self.executor
         return tuple(
-            RunningJob(_as_measured(spec, executor, now), self.allocation.get(j), executor.progress(j, now), reported_noise_scale(executor, j, now), reported_measurements(executor, j, now))
+            RunningJob(
+                _as_measured(spec, executor, now), self.allocation.get(j), executor.progress(j, now), reported_noise_scale(executor, j, now),
+                reported_measurements(executor, j, now), reported_change_cost(executor, j),
+            )  # fmt: skip
             for j, spec in self.running.items()
         )
 
@@ -289,7 +298,7 @@ class LoopRun:
                 start=track.start.get(jid),
                 finish=track.finish.get(jid),
                 dropped=jid in track.dropped,
-                samples_done=float(spec.total_samples) if jid in track.finish else executor.progress(jid, end) if jid in track.start else 0.0,
+                samples_done=float(spec.work_samples) if jid in track.finish else executor.progress(jid, end) if jid in track.start else 0.0,
                 failed=track.failed.get(jid),
                 cancelled=jid in track.cancelled,
             )

@@ -20,7 +20,11 @@ class LoopSettings:
 
     ``interval_s`` is seed 000's Δ. With ``react_to_events`` the loop also re-allocates as
     soon as a job arrives or finishes (the seed's simulator does); without it, changes wait
-    for the next tick (the seed's real autoscaler does). ``horizon_s`` stops the run early.
+    for the next tick (the seed's real autoscaler does, and so does Pollux's simulator).
+    With ``react_to_noise`` a tick at which the noise scale a noise-aware policy sees for a
+    running job has moved since its last decision is a reason to decide (its batches follow
+    the noise scale); without it only arrivals, completions and capacity are. ``horizon_s``
+    stops the run early.
     """
 
     interval_s: float = 600.0
@@ -29,6 +33,7 @@ class LoopSettings:
     react_to_events: bool = True
     horizon_s: float | None = None
     trust: TrustSettings | None = TrustSettings()  # None: the policy's answer as is, measurements or not
+    react_to_noise: bool = True
 
     def __post_init__(self) -> None:
         if not (self.interval_s > 0):

@@ -10,10 +10,14 @@ starve). For a fixed J that is the separable sum of s^p (p > 0), log s (p = 0) o
 (p < 0), which the DP maximises exactly.
 
 Two departures from Pollux's objective, both for the mean JCT (evidence: docs/policies.md):
-each job's term is weighted by its remaining run to the power -``remaining_exponent``
-(``remaining_weights``), and queued jobs start shortest predicted run first, with a starvation
-guard (``GoodputDPQueued``); ``remaining_exponent=0, queue="fifo"`` is Pollux's objective with
-the loop's FIFO admission.
+each job's term is weighted by its expected remaining run to the power -``remaining_exponent``
+(``allocator.policies.remaining``), and queued jobs start shortest predicted run first, with a
+starvation guard (``GoodputDPQueued``); ``remaining_exponent=0, queue="fifo"`` is Pollux's
+objective with the loop's FIFO admission. What is "remaining" follows ``sizes``: the declared
+work as each job's ``size`` says (exact, an estimate read as a prior, unknown), or none at all
+(``ignore``: size-oblivious, by attained service). p = 0.5 (between total goodput and its
+geometric mean) keeps the mean of p = 1 with a lower p95 and makespan, and a change's pause is
+weighed over the ``change_horizon_s`` a new share is expected to hold, not the job's whole run.
 """
 
 from __future__ import annotations
@@ -29,9 +33,10 @@ from allocator.admission import admit_in_order
 from allocator.physics.goodput import NoiseTrajectory, goodput_rows
 from allocator.policies.base import register
 from allocator.policies.dp import solve_dp
+from allocator.policies.remaining import UNKNOWN_FLOOR_S, SizeUse, expected_total, knowledge, remaining_samples, remaining_weights
 from allocator.physics.topology import gpus_per_host
 from allocator.protocols import AdmissionDecision, OverflowMode
-from allocator.types import Allocation, ClusterSnapshot, InfeasibleError, JobSpec, Share
+from allocator.types import Allocation, ClusterSnapshot, InfeasibleError, JobSpec, RunningJob, Share, SizeKnowledge
 
 
 def fairness_value(speedup: np.ndarray, p: float) -> np.ndarray:
@@ -51,25 +56,15 @@ def fairness_value(speedup: np.ndarray, p: float) -> np.ndarray:
 # Each job's term weighted by (its remaining run / the jobs' geometric mean)^-e: e = 0.25 lowered
 # the mean JCT on Pollux's workloads and on seed 000's trace (docs/policies.md); 0 is Pollux's unweighted mean.
 REMAINING_EXPONENT = 0.25
-
-
-def remaining_weights(snapshot: ClusterSnapshot, one_gpu: np.ndarray, exponent: float) -> np.ndarray:
-    """Per job (running, then queued): (R_j / geometric mean of R)^-exponent, R_j its remaining work
-    over its one-GPU goodput — the seconds it would still run alone on one GPU.
-
-    Why: the mean JCT counts how many jobs are unfinished; a GPU that brings a short job to its end
-    sooner removes a job from that count sooner (the remaining-size ordering behind SRPT and, for
-    concave speedups, heSRPT), while a long job's gain is paid back only at its distant end. The power
-    keeps the tilt gentle: speedups are concave, so sharing stays right (exponent 0: no tilt).
-    A job whose run cannot be told (no goodput on one GPU) weighs 1."""
-    remaining = np.array([r.remaining_samples for r in snapshot.running] + [j.total_samples for j in snapshot.queued], dtype=float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        run = np.maximum(remaining, 1.0) / one_gpu
-    known = np.isfinite(run) & (run > 0)
-    if not known.any():
-        return np.ones(len(remaining))
-    scale = np.exp(np.mean(np.log(run[known])))
-    return np.where(known, run / scale, 1.0) ** -exponent
+# The pause a change costs when neither the policy nor the run says: RescaleCost's in-place default.
+DEFAULT_CHANGE_COST_S = 1.0
+# How long a new share is expected to hold before the next change, when a change's pause is weighed:
+# on Pollux's workloads (60 s ticks, 30 s changes) shares turn over every few minutes, and 300 s
+# halved the rescales (docs/policies.md, issue 38); inf weighs the pause over the job's whole remaining run.
+CHANGE_HORIZON_S = 300.0
+# The power-mean exponent: between total goodput (1) and its geometric mean (0); 0.5 kept the mean
+# JCT of p = 1 and lowered the p95 and makespan on Pollux's workloads (docs/policies.md, issue 38).
+POWER = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,10 +77,12 @@ class GoodputDP:
 
     noise: Mapping[str, NoiseTrajectory] = field(default_factory=dict)
     default_noise_scale: float = math.inf
-    p: float = 1.0  # total (weighted) normalised goodput: with remaining_exponent 0.25 best on Pollux's workloads (docs/policies.md)
+    p: float = POWER
     hosts: int | None = None
-    rescale_cost_s: float = 1.0  # RescaleCost's in-place default; the CLI passes the run's own cost
+    rescale_cost_s: float | None = None  # None: the run's own cost, as the executor charges it (RunningJob.change_cost_s), else 1 s
     remaining_exponent: float = REMAINING_EXPONENT
+    sizes: SizeUse = SizeUse.DECLARED
+    change_horizon_s: float = CHANGE_HORIZON_S
     name: str = "goodput_dp"
 
     def __post_init__(self) -> None:
@@ -97,15 +94,23 @@ class GoodputDP:
             raise ValueError(f"goodput_dp.hosts={self.hosts!r}: must be a positive integer")
         if not (isinstance(self.remaining_exponent, (int, float)) and math.isfinite(self.remaining_exponent) and self.remaining_exponent >= 0):
             raise ValueError(f"goodput_dp.remaining_exponent={self.remaining_exponent!r}: must be a finite number >= 0")
-        if not (isinstance(self.rescale_cost_s, (int, float)) and math.isfinite(self.rescale_cost_s) and self.rescale_cost_s >= 0):
+        if self.rescale_cost_s is not None and not (isinstance(self.rescale_cost_s, (int, float)) and math.isfinite(self.rescale_cost_s) and self.rescale_cost_s >= 0):
             raise ValueError(f"goodput_dp.rescale_cost_s={self.rescale_cost_s!r}: must be a finite number of seconds >= 0")
+        if not (isinstance(self.change_horizon_s, (int, float)) and self.change_horizon_s > 0):
+            raise ValueError(f"goodput_dp.change_horizon_s={self.change_horizon_s!r}: must be a number of seconds > 0 (inf: the job's remaining run)")
+        try:
+            object.__setattr__(self, "sizes", SizeUse(self.sizes))
+        except ValueError:
+            raise ValueError(f"goodput_dp.sizes={self.sizes!r}: choose one of {', '.join(u.value for u in SizeUse)}") from None
         for key, trajectory in self.noise.items():
             if not isinstance(trajectory, NoiseTrajectory):
                 raise ValueError(f"goodput_dp.noise[{key!r}]={trajectory!r}: must be a NoiseTrajectory")
 
     def noise_scale(self, job: JobSpec, samples_done: float, reported: float | None = None) -> float:
         """The job's own reported B_noise if the snapshot has one, else its trajectory (the
-        policy's ``noise``, else the job's ``noise_scale``), else the default."""
+        policy's ``noise``, else the job's ``noise_scale``) at its progress over its declared work
+        (the one use of a declared size when ``sizes`` is ``ignore``: a job that reports its noise
+        scale, as real trainers and the simulator do, never needs it), else the default."""
         if reported is not None:
             return reported
         trajectory = self.noise.get(job.id) or self.noise.get(job.workload) or job.noise_scale
@@ -166,26 +171,42 @@ class GoodputDP:
         high = np.array([j.max_gpus if j.elastic else j.requested_gpus for j in jobs])[:, None]
         ks = np.arange(kmax + 1)[None, :]
         one = goodput[:, 1:2].copy()
-        if self.rescale_cost_s > 0:
-            goodput = self._after_rescale(snapshot, goodput)
+        goodput = self._after_rescale(snapshot, goodput)
         values = fairness_value(np.where((ks >= low) & (ks <= high), goodput, -np.inf) / one, self.p)
         if self.remaining_exponent != 0:
-            values = values * remaining_weights(snapshot, one[:, 0], self.remaining_exponent)[:, None]
+            values = values * remaining_weights(self.remaining(snapshot, one[:, 0]), one[:, 0], self.remaining_exponent)[:, None]
         return values, rows
 
+    def remaining(self, snapshot: ClusterSnapshot, one_gpu: np.ndarray) -> np.ndarray:
+        """Per job (running, then queued): the samples it is expected still to process, as ``sizes``
+        reads the declared ones (``allocator.policies.remaining``)."""
+        return remaining_samples(snapshot, self.sizes, one_gpu)
+
+    def change_cost_s(self, job: RunningJob) -> float:
+        """The pause a GPU-count change costs ``job``: ``rescale_cost_s`` if set, else what the run's
+        executor charges it, else ``DEFAULT_CHANGE_COST_S``."""
+        if self.rescale_cost_s is not None:
+            return self.rescale_cost_s
+        return job.change_cost_s if job.change_cost_s is not None else DEFAULT_CHANGE_COST_S
+
     def _after_rescale(self, snapshot: ClusterSnapshot, goodput: np.ndarray) -> np.ndarray:
-        """A running job moved to another GPU count loses ``rescale_cost_s`` of progress: over the
-        R_k = remaining work / goodput(k) seconds it would then run, it averages goodput(k) R_k / (R_k + cost).
-        A job near its end gains little from a change and pays the whole pause (a batch-only change, at
-        the same count, pays nothing)."""
+        """A running job moved to another GPU count loses its change cost in progress: over the
+        R_k = min(expected remaining work / goodput(k), ``change_horizon_s``) seconds the new share
+        is expected to hold, it averages goodput(k) R_k / (R_k + cost). A job near its end gains
+        little from a change and pays the whole pause, and so does any job when shares turn over
+        faster than its run (a batch-only change, at the same count, pays nothing)."""
         out = goodput.copy()
+        if not snapshot.running:
+            return out
+        left = self.remaining(replace(snapshot, queued=()), goodput[: len(snapshot.running), 1])
         for i, r in enumerate(snapshot.running):
-            if r.share is None:
+            cost = self.change_cost_s(r)
+            if r.share is None or cost == 0:
                 continue
             row = out[i]
             with np.errstate(divide="ignore", invalid="ignore"):
-                remaining_s = r.remaining_samples / row
-                factor = np.where(row > 0, remaining_s / (remaining_s + self.rescale_cost_s), 1.0)
+                remaining_s = np.minimum(left[i] / row, self.change_horizon_s)
+                factor = np.where(row > 0, remaining_s / (remaining_s + cost), 1.0)
             factor[r.share.gpus] = 1.0
             out[i] = np.where(np.isfinite(row), row * factor, row)
         return out
@@ -227,8 +248,14 @@ class GoodputDPQueued(GoodputDP):
     strict_fifo: bool = True  # False: a later job may pass a head that does not fit (backfill)
 
     def predicted_run_s(self, job: JobSpec) -> float:
+        """Its expected work (as ``sizes`` reads it) over its best one-GPU goodput; every job of
+        unknown size predicts the same run, so those start in arrival order."""
         rate = float(goodput_rows(job, 1, self.noise_scale(job, 0.0), self.hosts).goodput[1])
-        return job.total_samples / rate if rate > 0 else math.inf
+        if not rate > 0:
+            return math.inf
+        if knowledge(job, self.sizes) is SizeKnowledge.UNKNOWN:
+            return UNKNOWN_FLOOR_S
+        return expected_total(job, self.sizes, rate) / rate
 
     def admit(self, snapshot: ClusterSnapshot, mode: OverflowMode) -> AdmissionDecision:
         def response(job: JobSpec) -> tuple:
@@ -256,12 +283,14 @@ def _show(trajectory: NoiseTrajectory | None) -> str:
 def _make(
     noise: Mapping[str, NoiseTrajectory] | None = None,
     default_noise_scale: float = math.inf,
-    p: float = 1.0,
+    p: float = POWER,
     hosts: int | None = None,
-    rescale_cost_s: float = 1.0,
+    rescale_cost_s: float | None = None,
     queue: object = "shortest",
     remaining_exponent: float = REMAINING_EXPONENT,
     strict_fifo: bool = True,
+    sizes: str = SizeUse.DECLARED.value,
+    change_horizon_s: float = CHANGE_HORIZON_S,
 ) -> GoodputDP:
     try:
         order = QueueOrder(queue)
@@ -272,8 +301,10 @@ def _make(
         default_noise_scale=float(default_noise_scale),
         p=float(p),
         hosts=hosts,
-        rescale_cost_s=float(rescale_cost_s),
+        rescale_cost_s=None if rescale_cost_s is None else float(rescale_cost_s),
         remaining_exponent=remaining_exponent,
+        sizes=sizes,
+        change_horizon_s=change_horizon_s,
     )
     if not isinstance(strict_fifo, bool):
         raise ValueError(f"goodput_dp.strict_fifo={strict_fifo!r}: must be true or false")

@@ -183,14 +183,14 @@ class IdleNodesMilp:
     time_limit_s: float = 10.0
     pwl: PwlMode = PwlMode.HULL
     mip_gap: float = 1e-6
-    default_cost: NodeRescaleCost = field(default_factory=NodeRescaleCost)
+    default_cost: NodeRescaleCost | None = None  # None: the run's (the replay fills it in), else none
     costs: Mapping[str, NodeRescaleCost] = field(default_factory=dict)
     curves: Mapping[str, ScalingCurve] = field(default_factory=dict)
     name: str = "idle_nodes_milp"
     last: Decision | None = None
 
     def decide(self, snapshot: ClusterSnapshot) -> tuple[Problem, Decision]:
-        problem = problem_from_snapshot(snapshot, self.t_fwd, self.objective, self.default_cost, self.costs, self.curves)
+        problem = problem_from_snapshot(snapshot, self.t_fwd, self.objective, self.default_cost or NodeRescaleCost(), self.costs, self.curves)
         decision = decide(problem, self.formulation, self.time_limit_s, self.pwl, self.mip_gap)
         self.last = decision
         return problem, decision
@@ -215,8 +215,8 @@ def make_idle_nodes_milp(
     time_limit_s: float = 10.0,
     pwl: str = "hull",
     mip_gap: float = 1e-6,
-    up_s: float = 0.0,
-    down_s: float = 0.0,
+    up_s: float | None = None,
+    down_s: float | None = None,
     costs: Mapping[str, NodeRescaleCost] | None = None,
     curves: Mapping[str, ScalingCurve] | None = None,
 ) -> IdleNodesMilp:
@@ -231,7 +231,7 @@ def make_idle_nodes_milp(
         time_limit_s=float(time_limit_s),
         pwl=_enum(PwlMode, "pwl", pwl),
         mip_gap=mip_gap,
-        default_cost=NodeRescaleCost(up_s, down_s),
+        default_cost=None if up_s is None and down_s is None else NodeRescaleCost(up_s or 0.0, down_s or 0.0),
         costs=dict(costs or {}),
         curves=dict(curves or {}),
     )

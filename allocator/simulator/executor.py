@@ -54,10 +54,16 @@ def checkpointed_rate(spec: JobSpec, share: Share, cost: RescaleCost) -> float:
     return rate if rate <= 0 or extra == 0 else share.global_batch / (share.global_batch / rate + extra)
 
 
-def classify(before: Share | None, after: Share | None, cost: RescaleCost) -> tuple[RescaleKind, float]:
-    """What a change of share is, and the seconds of progress it costs the job."""
+def change_cost_s(cost: RescaleCost) -> float:
+    """What a change of GPU count costs under ``cost``: in place, or a checkpoint-restart."""
+    return cost.in_place_s if cost.in_place else cost.restart_s
+
+
+def classify(before: Share | None, after: Share | None, cost: RescaleCost, resumed: bool = False) -> tuple[RescaleKind, float]:
+    """What a change of share is, and the seconds of progress it costs the job. ``resumed``: the job
+    ran before and was stopped (preempted); starting it again is a restart from its checkpoint."""
     if before is None:
-        return RescaleKind.START, cost.start_s
+        return (RescaleKind.RESTART, cost.restart_s) if resumed else (RescaleKind.START, cost.start_s)
     if after is None:
         return RescaleKind.STOP, 0.0
     if after.gpus == before.gpus:
@@ -80,7 +86,7 @@ class _JobState:
 
     def progress_at(self, t: float) -> float:
         active = max(0.0, t - max(self.since, self.paused_until))
-        return min(float(self.spec.total_samples), self.done + self.rate * active)
+        return min(float(self.spec.work_samples), self.done + self.rate * active)
 
     def settle(self, t: float) -> None:
         self.done = self.progress_at(t)
@@ -93,7 +99,7 @@ class _JobState:
         if self.rate <= 0:
             return None
         start = max(self.since, self.paused_until)
-        return start + (self.spec.total_samples - self.done) / self.rate
+        return start + (self.spec.work_samples - self.done) / self.rate
 
 
 class SimExecutor(ModelledCluster[_JobState]):
@@ -107,8 +113,12 @@ class SimExecutor(ModelledCluster[_JobState]):
     def _new_job(self, spec: JobSpec, now: float) -> _JobState:
         return _JobState(spec=spec, cost=self._costs.get(spec.id, self._default), since=now, paused_until=now)
 
-    def _change_cost(self, job_id: str, before: Share | None, after: Share | None) -> tuple[RescaleKind, float]:
-        return classify(before, after, self._costs.get(job_id, self._default))
+    def _change_cost(self, job_id: str, before: Share | None, after: Share | None, resumed: bool = False) -> tuple[RescaleKind, float]:
+        return classify(before, after, self._costs.get(job_id, self._default), resumed)
+
+    def change_cost(self, job_id: str) -> float:
+        """What a GPU-count change costs this job (``ChangeCostReporter``)."""
+        return change_cost_s(self._costs.get(job_id, self._default))
 
     def noise_scale(self, job_id: str, now: float) -> float | None:
         """Throughput physics has no gradient noise: nothing to report (``NoiseReporter``)."""

@@ -5,7 +5,8 @@ s accumulation steps) advances at T(B, k, s) x E(B) base-batch-equivalent sample
 where E follows the job's gradient-noise-scale trajectory over its progress
 (``allocator.physics.goodput``). The trajectory is piecewise constant in progress, so the rate is
 constant within each piece and finish times are exact sums over pieces. A job finishes
-when it has done ``total_samples`` base-batch-equivalent samples.
+when it has done its ``work_samples`` (its declared ``total_samples`` unless a simulation gives
+``actual_samples``) base-batch-equivalent samples.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from allocator.physics.goodput import NoiseTrajectory, base_batch, efficiency, s
 from allocator.loop import LoopResult, LoopSettings, StepReport, run_loop
 from allocator.policies.base import Policy
 from allocator.simulator.clock import SimClock
-from allocator.simulator.executor import RescaleCost, classify
+from allocator.simulator.executor import RescaleCost, change_cost_s, classify
 from allocator.simulator.modelled import ModelledCluster
 from allocator.types import JobSpec, RescaleKind, Share
 
@@ -40,7 +41,7 @@ class _Job:
 
     def _pieces(self) -> Iterable[tuple[float, float]]:
         """(end of piece in samples, rate) for the pieces from the current progress on."""
-        total = float(self.spec.total_samples)
+        total = float(self.spec.work_samples)
         for end, rate in zip(self.trajectory.bounds[1:], self.rates):
             end_samples = end * total
             if end_samples > self.done:
@@ -56,7 +57,7 @@ class _Job:
             if left < need:
                 return done + rate * left
             done, left = end, left - need
-        return min(done, float(self.spec.total_samples))
+        return min(done, float(self.spec.work_samples))
 
     def settle(self, t: float) -> None:
         self.done = self.progress_at(t)
@@ -112,15 +113,19 @@ class GoodputSimExecutor(ModelledCluster[_Job]):
     def _new_job(self, spec: JobSpec, now: float) -> _Job:
         return _Job(spec, self.trajectory(spec), since=now, paused_until=now, rate_for=lambda share: self.rates(spec, share))
 
-    def _change_cost(self, job_id: str, before: Share | None, after: Share | None) -> tuple[RescaleKind, float]:
-        return classify(before, after, self._cost)
+    def _change_cost(self, job_id: str, before: Share | None, after: Share | None, resumed: bool = False) -> tuple[RescaleKind, float]:
+        return classify(before, after, self._cost, resumed)
+
+    def change_cost(self, job_id: str) -> float:
+        """What a GPU-count change costs a job (``ChangeCostReporter``): the run's one cost."""
+        return change_cost_s(self._cost)
 
     def noise_scale(self, job_id: str, now: float) -> float | None:
         """The job's modelled B_noise at its progress by ``now`` (only with ``report_noise``)."""
         state = self._jobs.get(job_id)
         if not self._report_noise or state is None:
             return None
-        return state.trajectory.at(self.progress(job_id, now) / state.spec.total_samples)
+        return state.trajectory.at(self.progress(job_id, now) / state.spec.work_samples)
 
 
 def simulate_goodput(

@@ -50,19 +50,21 @@ class ModelledCluster(Generic[J]):
     def _new_job(self, spec: JobSpec, now: float) -> J:
         raise NotImplementedError
 
-    def _change_cost(self, job_id: str, before: Share | None, after: Share | None) -> tuple[RescaleKind, float]:
+    def _change_cost(self, job_id: str, before: Share | None, after: Share | None, resumed: bool = False) -> tuple[RescaleKind, float]:
+        """``resumed``: a start of a job that ran here before (preempted, now admitted again)."""
         raise NotImplementedError
 
     def apply(self, now: float, previous: Allocation, new: Allocation, jobs: Mapping[str, JobSpec]) -> list[RescaleEvent]:
         events = []
         for job_id, before, after in share_changes(previous, new):
             state = self._jobs.get(job_id)
+            resumed = state is not None and before is None
             if state is None:
                 state = self._jobs[job_id] = self._new_job(jobs[job_id], now)
             if state.finished:
                 continue
             state.settle(now)
-            kind, lost = self._change_cost(job_id, before, after)
+            kind, lost = self._change_cost(job_id, before, after, resumed)
             state.paused_until = now + lost
             state.run(after)
             state.version += 1
@@ -94,7 +96,7 @@ class ModelledCluster(Generic[J]):
         while self._heap and self._heap[0][0] <= now + EPS:
             job_id = heapq.heappop(self._heap)[3]
             state = self._jobs[job_id]
-            state.done, state.since, state.finished = float(state.spec.total_samples), now, True
+            state.done, state.since, state.finished = float(state.spec.work_samples), now, True
             state.run(None)
             done.append(job_id)
             self._pop_stale()

@@ -30,19 +30,23 @@ def simulate(
     costs: Mapping[str, RescaleCost] | None = None,
     observer: Callable[[StepReport], None] | None = None,
     gpus_per_host: int | None = None,
+    report_noise: bool = True,
 ) -> LoopResult:
     """Run ``jobs`` under ``policy`` on the physics their noise scales call for (``physics_of``).
 
     ``costs`` (per-job rescale costs) and ``gpus_per_host`` (allreduce across hosts) are
     honoured by the physics that models them: per-job costs by throughput physics, hosts by
-    goodput physics; asking the other for them is an error.
+    goodput physics; asking the other for them is an error. ``report_noise``: on goodput
+    physics each running job reports its B_noise as its trainer would measure it (the policy
+    prefers it to its own model); off, the policy reads its model at the job's *declared*
+    progress (the same values unless a job's declared work is off: ``JobSpec.actual_samples``).
     """
     listed = list(jobs)
     check_physics(policy, listed, gpus_per_host)
     if physics_of(listed) is Physics.GOODPUT:
         if costs:
             raise ValueError(f"costs={sorted(costs)!r}: per-job rescale costs are modelled by throughput physics only; these jobs carry noise scales")
-        executor: SimExecutor | GoodputSimExecutor = GoodputSimExecutor({}, cost, gpus_per_host)
+        executor: SimExecutor | GoodputSimExecutor = GoodputSimExecutor({}, cost, gpus_per_host, report_noise=report_noise)
     else:
         if gpus_per_host is not None:
             raise ValueError(f"gpus_per_host={gpus_per_host!r}: hosts are modelled by goodput physics only; no job carries a noise scale")

@@ -15,10 +15,16 @@ elastic        optional  true/false (default true)
 gpus           optional  GPUs for a non-elastic job (default 1)
 profile        optional  profile name; default ``cat<category>``, else ``model``
 noise_scale    optional  gradient noise scale: a number, ``f:v f:v ...`` (v from fraction f
-                         of the work on) or a JSON mapping of any ``allocator.physics.noise`` form
-                         (default: the profile's, else none)
+                         of the work on), a JSON mapping of any ``allocator.physics.noise`` form,
+                         or the name of a trajectory the caller passes (``named``; the CLI's
+                         ``--noise FILE``) (default: the profile's, else none)
 base_batch     optional  B0, the batch ``samples`` are counted at (default: min_batch, or
                          max_batch for a non-elastic job)
+team           optional  the job's team (``allocator.fairness``; default: its submitter's)
+submitter      optional  who submitted it
+priority       optional  a priority class (best-effort, default, nightly) or an integer (default 0)
+size           optional  exact (default), estimate or unknown: how far ``samples`` can be trusted
+actual_samples optional  simulations only: the work the job really does (default: ``samples``)
 =============  ========  ======================================================
 """
 
@@ -27,17 +33,26 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from collections.abc import Iterable, Mapping
 
+from allocator.fairness.priority import priority_value
 from allocator.physics.noise import NoiseTrajectory, noise_from_cell, noise_from_value, noise_to_cell
-from allocator.types import JobSpec, ThroughputProfile
+from allocator.types import JobSpec, SizeKnowledge, ThroughputProfile
 
-COLUMNS = ("name", "submit_s", "category", "model", "samples", "min_batch", "max_batch", "max_gpus", "elastic", "gpus", "profile", "noise_scale", "base_batch")
+COLUMNS = (
+    "name", "submit_s", "category", "model", "samples", "min_batch", "max_batch", "max_gpus", "elastic", "gpus", "profile", "noise_scale", "base_batch",
+    "team", "submitter", "priority", "size", "actual_samples",
+)  # fmt: skip
 _REQUIRED = ("name", "submit_s", "samples", "min_batch", "max_batch", "max_gpus")
 
 
 class TraceError(ValueError):
     pass
+
+
+# A noise_scale cell that is a name (not a number, a trajectory or JSON) refers to a named trajectory.
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 
 
 def _int(row: Mapping[str, object], column: str, where: str) -> int:
@@ -74,18 +89,43 @@ def _present(row: Mapping[str, object], column: str) -> bool:
     return row.get(column) not in (None, "")
 
 
-def _noise(row: Mapping[str, object], where: str) -> NoiseTrajectory | None:
-    """A CSV cell is text (``noise_from_cell``); a JSON row may hold a number or a mapping."""
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _noise(row: Mapping[str, object], where: str, named: Mapping[str, NoiseTrajectory]) -> NoiseTrajectory | None:
+    """A CSV cell is text (``noise_from_cell``) or a name from ``named``; a JSON row may hold a number or a mapping."""
     if not _present(row, "noise_scale"):
         return None
     value = row["noise_scale"]
+    if isinstance(value, str) and _NAME.fullmatch(value.strip()) and not _is_number(value):
+        if value.strip() not in named:
+            known = ", ".join(sorted(named)) or "none given"
+            raise TraceError(f"{where}, column noise_scale={value!r}: names no trajectory of the noise file (known: {known})")
+        return named[value.strip()]
     try:
         return noise_from_cell(value, "noise_scale") if isinstance(value, str) else noise_from_value(value, "noise_scale")
     except ValueError as exc:
         raise TraceError(f"{where}, column {exc}") from None
 
 
-def job_from_row(row: Mapping[str, object], where: str, profiles: Mapping[str, ThroughputProfile]) -> JobSpec:
+def _priority(row: Mapping[str, object], where: str) -> int:
+    if not _present(row, "priority"):
+        return 0
+    value = row["priority"]
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        value = int(value)
+    try:
+        return priority_value(value, "priority")
+    except ValueError as exc:
+        raise TraceError(f"{where}, column {exc}") from None
+
+
+def job_from_row(row: Mapping[str, object], where: str, profiles: Mapping[str, ThroughputProfile], named: Mapping[str, NoiseTrajectory] | None = None) -> JobSpec:
     for column in _REQUIRED:
         if not _present(row, column):
             raise TraceError(f"{where}, column {column}: missing value")
@@ -107,7 +147,7 @@ def job_from_row(row: Mapping[str, object], where: str, profiles: Mapping[str, T
         raise TraceError(f"{where}, column profile={key!r}: no such profile (known: {', '.join(sorted(profiles))})")
     profile = profiles[key]
     elastic = _bool(row.get("elastic", True), "elastic", where)
-    noise_scale = _noise(row, where)
+    noise_scale = _noise(row, where, named or {})
     try:
         return JobSpec(
             id=str(row["name"]),
@@ -123,13 +163,21 @@ def job_from_row(row: Mapping[str, object], where: str, profiles: Mapping[str, T
             fixed_batch=None if elastic else _int(row, "max_batch", where),
             noise_scale=noise_scale,
             base_batch=_int(row, "base_batch", where) if _present(row, "base_batch") else None,
+            team=str(row["team"]) if _present(row, "team") else None,
+            submitter=str(row["submitter"]) if _present(row, "submitter") else None,
+            priority=_priority(row, where),
+            size=str(row["size"]).strip() if _present(row, "size") else SizeKnowledge.EXACT,
+            actual_samples=_int(row, "actual_samples", where) if _present(row, "actual_samples") else None,
         )
     except ValueError as exc:
         raise TraceError(f"{where}: {exc}") from None
 
 
-def read_trace(text: str, fmt: str, profiles: Mapping[str, ThroughputProfile], source: str = "trace") -> list[JobSpec]:
-    """Parse a trace; ``fmt`` is ``csv`` or ``json``. Rows are numbered from 1 (CSV: after the header)."""
+def read_trace(
+    text: str, fmt: str, profiles: Mapping[str, ThroughputProfile], source: str = "trace", named: Mapping[str, NoiseTrajectory] | None = None
+) -> list[JobSpec]:
+    """Parse a trace; ``fmt`` is ``csv`` or ``json``. Rows are numbered from 1 (CSV: after the header).
+    ``named``: trajectories a ``noise_scale`` cell may name."""
     if fmt == "csv":
         reader = csv.DictReader(io.StringIO(text))
         rows: list[Mapping[str, object]] = [dict(r) for r in reader]
@@ -145,7 +193,7 @@ def read_trace(text: str, fmt: str, profiles: Mapping[str, ThroughputProfile], s
         raise TraceError(f"format={fmt!r}: use csv or json")
     if not rows:
         raise TraceError(f"{source}: no jobs (the trace is empty or has only a header)")
-    jobs = [job_from_row(row, f"{source} row {i}", profiles) for i, row in enumerate(rows, start=1)]
+    jobs = [job_from_row(row, f"{source} row {i}", profiles, named) for i, row in enumerate(rows, start=1)]
     seen: set[str] = set()
     for i, job in enumerate(jobs, start=1):
         if job.id in seen:
@@ -169,6 +217,11 @@ def _row(job: JobSpec, profile_names: Mapping[ThroughputProfile, str]) -> dict[s
         "profile": profile_names.get(job.profile, job.profile.workload),
         "noise_scale": "" if job.noise_scale is None or job.noise_scale == job.profile.noise_scale else noise_to_cell(job.noise_scale),
         "base_batch": "" if job.base_batch is None else job.base_batch,
+        "size": "" if job.size is SizeKnowledge.EXACT else job.size.value,
+        "actual_samples": "" if job.actual_samples is None else job.actual_samples,
+        "team": job.team or "",
+        "submitter": job.submitter or "",
+        "priority": job.priority or "",
     }
 
 

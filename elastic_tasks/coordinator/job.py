@@ -162,10 +162,13 @@ class JobCoordinator:
         """The checkpoint-restart path (``elastic_tasks.coordinator.restart``): save, stop every rank (and its process), start anew from disk."""
         return restart_rescale(self, gpus, global_batch, at_step, restart_processes)
 
-    def stop(self) -> None:
+    def stop(self, checkpoint: bool = False) -> None:
+        """Every rank leaves at its next step; with ``checkpoint`` (and a checkpoint directory) rank 0
+        saves first, so that a later ``start`` resumes where it stopped (a preempted job)."""
+        kind = PlanKind.CHECKPOINT_STOP if checkpoint and self.config.checkpoint_dir is not None else PlanKind.STOP
         with self.plan_lock:
             if not self.finished and self.members:
-                self.publish(Plan(self.next_version(), PlanKind.STOP, (), self.global_batch))
+                self.publish(Plan(self.next_version(), kind, (), self.global_batch))
             self._stopping, self.members = self.members, ()
             self.lifecycle.move(CoordinatorState.STOPPED)
 

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from allocator.physics.choice import Physics
 from allocator.plan import Plan, make_plan
-from allocator.policies import UnknownPolicyError, make_policy
+from allocator.policies import UnknownPolicyError, parse_policy
 from allocator.types import InfeasibleError
 from flows.commands.shared.console import console, fail
 from flows.config.jobfile import load_jobs_file
@@ -88,7 +88,7 @@ def plan(
             if job.min_gpus > capacity:
                 # It would show as "queued" for ever: it can never run on this cluster.
                 fail(f"{jobs_file}: job {job.id!r}.min_gpus={job.min_gpus}: more than the cluster's gpus={capacity}; it can never run")
-        chosen = make_policy(policy or spec.policy or "elastic_dp")
+        chosen = parse_policy(policy or spec.policy or "elastic_dp").build()
         result = make_plan(spec.jobs, capacity, chosen)
     except UnknownPolicyError as exc:
         fail(str(exc))

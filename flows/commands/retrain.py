@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from allocator.policies import UnknownPolicyError, make_policy
+from allocator.policies import UnknownPolicyError, parse_policy
 from elastic_tasks.recipe import load_entry_point
 from flows.commands.shared.common import prefect_state_or_fail, scheduler_or_fail, settings_or_fail
 from flows.commands.shared.console import EXIT_FAILED, console, fail
@@ -29,7 +29,7 @@ def retrain(
         fail(f"min_batch={min_batch}, max_batch={max_batch}: need 0 < min_batch <= max_batch")
     try:
         if policy is not None:
-            make_policy(policy)
+            parse_policy(policy).build()
         load_entry_point(entrypoint)
     except UnknownPolicyError as exc:
         fail(str(exc))

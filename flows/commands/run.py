@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from allocator.policies import UnknownPolicyError, make_policy
+from allocator.policies import UnknownPolicyError, parse_policy
 from flows.commands.shared.common import prefect_state_or_fail, print_ui_hint, scheduler_or_fail, settings_or_fail
 from flows.commands.shared.tables import jobs_table, outcome_table
 from flows.commands.shared.console import EXIT_FAILED, console, err_console, fail
@@ -21,13 +21,20 @@ def run(
     policy: Annotated[str | None, typer.Option("--policy", "-p", help="Policy (default: the file's, else MALLEABLE_POLICY).")] = None,
     interval: Annotated[float | None, typer.Option("--interval", help="Δ: seconds between re-allocations (default MALLEABLE_INTERVAL_S).")] = None,
     name: Annotated[str | None, typer.Option("--name", help="MLflow run name.")] = None,
+    teams: Annotated[Path | None, typer.Option("--teams", help="With --simulate: teams share the cluster (default MALLEABLE_TEAMS); MLflow records how fair the run was.")] = None,
 ) -> None:
     """Run a jobs file through the autoscaling loop: real elastic training on Dask workers, or simulated."""
-    settings = settings_or_fail(workers=workers, policy=policy, interval_s=interval)
+    settings = settings_or_fail(workers=workers, policy=policy, interval_s=interval, teams=teams)
+    if teams is not None and not simulate:
+        fail(f"--teams={str(teams)!r}: a real run of a jobs file is one team's; give the teams file to the service (`malleable serve --teams`) or add --simulate")
     try:
         spec = load_jobs_file(jobs_file)
+        if simulate and settings.teams is not None:
+            from flows.config.teams_file import load_teams_file
+
+            load_teams_file(settings.teams)  # a bad teams file: one line, before any flow
         if policy is not None:
-            make_policy(policy)
+            parse_policy(policy).build()
         chosen = policy or spec.policy or settings.policy
         if chosen.startswith("idle_nodes"):
             # The loop's cluster is a GPU count; idle-node policies place jobs on named nodes.
@@ -48,7 +55,9 @@ def run(
         from flows.simulate_flow import simulate_flow
 
         gpus = workers or spec.gpus or settings.workers
-        outcome = simulate_flow(str(jobs_file), gpus=gpus, policy=policy, interval_s=interval, run_name=name, parsed=spec)
+        outcome = simulate_flow(
+            str(jobs_file), gpus=gpus, policy=policy, interval_s=interval, run_name=name, parsed=spec, teams_file=None if settings.teams is None else str(settings.teams)
+        )
         console.print(outcome_table(f"{jobs_file.name}: simulated on {gpus} GPUs", outcome.outcomes))
         console.print(f"MLflow parent run [bold]{outcome.recorded.parent_run}[/]")
     else:

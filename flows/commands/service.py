@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -29,6 +30,7 @@ def serve(
     policy: Annotated[str | None, typer.Option("--policy", "-p", help="Allocation policy (default MALLEABLE_POLICY).")] = None,
     interval: Annotated[float | None, typer.Option("--interval", help="Δ: seconds between re-allocations (default MALLEABLE_INTERVAL_S).")] = None,
     react: Annotated[bool | None, typer.Option("--react/--no-react", help="Re-allocate at once on submissions, completions and worker changes.")] = None,
+    teams: Annotated[Path | None, typer.Option("--teams", help="Teams file: quotas or weights and members (default MALLEABLE_TEAMS; unset: no fair sharing).")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show Dask's own log lines.")] = False,
 ) -> None:
     """Run the scheduler service until stopped (Ctrl-C / SIGTERM: running jobs checkpoint, the next service resumes them)."""
@@ -38,20 +40,22 @@ def serve(
     from service.runner import Service, ServiceConfig
     from service.store import StoreError
 
-    settings = settings_or_fail(workers=workers, policy=policy, interval_s=interval, react=react)
+    settings = settings_or_fail(workers=workers, policy=policy, interval_s=interval, react=react, teams=teams)
     if settings.policy.startswith("idle_nodes"):
         # Idle-node policies place jobs on named nodes; the service's Dask workers expose none.
         fail(f"--policy={settings.policy!r}: idle-node policies need node names, which the service's workers do not expose; use `malleable idle-nodes` (or `simulate -p {settings.policy}`) for them")
+    from flows.config.teams_file import load_teams_file
     from service.jobs.entrypoints import parse_patterns
 
     store_or_fail(settings).close()  # a bad store URL (or :memory:) is one line, exit 2, before any cluster
     try:
+        table = None if settings.teams is None else load_teams_file(settings.teams)
         config = ServiceConfig(
             store_url=settings.resolved_job_store,
             checkpoint_root=settings.checkpoint_location("service"),
             policy=settings.policy, interval_s=settings.interval_s, overflow=settings.overflow, react=settings.react,
             poll_s=settings.service_poll_s, checkpoint_every=settings.checkpoint_every, tracking_uri=settings.resolved_tracking_uri,
-            experiment=settings.experiment, allowed_entrypoints=parse_patterns(settings.allowed_entrypoints),
+            experiment=settings.experiment, allowed_entrypoints=parse_patterns(settings.allowed_entrypoints), teams=table,
         )  # fmt: skip
     except ValueError as exc:
         fail(str(exc))
@@ -113,16 +117,26 @@ def jobs(
     all_jobs: Annotated[bool, typer.Option("--all", help="Also finished, failed, cancelled and dropped jobs.")] = False,
     interval: Annotated[float, typer.Option("--interval", help="Seconds between refreshes with --watch.")] = 1.0,
     generations: Annotated[bool, typer.Option("--generations", help="Also each job's generations: GPUs x batch, predicted and measured samples/s.")] = False,
+    usage: Annotated[bool, typer.Option("--usage", help="Per team and submitter: GPU-hours used vs entitled, finish-time fairness ρ, Jain's index.")] = False,
+    teams: Annotated[Path | None, typer.Option("--teams", help="With --usage: the service's teams file (default MALLEABLE_TEAMS; unset: one team).")] = None,
+    gpus: Annotated[int | None, typer.Option("--gpus", help="With --usage: the cluster's GPUs the shares are of (default: the running service's workers, else the most it ever gave out).")] = None,
 ) -> None:
-    """The service's jobs: state, GPUs, batch, progress, ETA (with --generations: predicted vs measured samples/s)."""
+    """The service's jobs: state, GPUs, batch, progress, ETA (with --generations: predicted vs measured samples/s).
+
+    With --usage: how fair the sharing among teams has been (GPU-hours used vs entitled, ρ, Jain)."""
     from service.store.records import JobState
 
     if fmt not in ("table", "json"):
         fail(f"--format={fmt!r}: must be table or json")
     if not (interval > 0 and interval != float("inf")):
         fail(f"--interval={interval!r}: must be a number of seconds > 0")
-    settings = settings_or_fail()
+    if gpus is not None and gpus < 1:
+        fail(f"--gpus={gpus}: must be a positive integer")
+    settings = settings_or_fail(teams=teams)
     store = _read_store(settings)
+    if usage:
+        _usage(settings, store, fmt, gpus)
+        return
     states = None if all_jobs else [s for s in JobState if not s.terminal]
 
     def rows():
@@ -168,6 +182,49 @@ def jobs(
                 live.update(jobs_table(rows()))
     except KeyboardInterrupt:
         pass
+
+
+def _usage(settings, store, fmt: str, gpus: int | None) -> None:
+    from allocator.fairness.teams import TeamTable
+    from flows.commands.shared.fairness_tables import submitters_table, teams_table
+    from flows.config.teams_file import load_teams_file
+    from service.usage import peak_gpus, service_usage
+
+    try:
+        table = TeamTable() if settings.teams is None else load_teams_file(settings.teams)
+    except ValueError as exc:
+        fail(str(exc))
+    if store is None:
+        fail(f"--usage: no job store yet at {_where(settings)}")
+    capacity, source = (gpus, "--gpus") if gpus is not None else _live_gpus(store)
+    if capacity is None:
+        capacity, source = peak_gpus(store, store.jobs()), "the most GPUs the service gave out at once"
+    if capacity < 1:
+        fail("--usage: no job has held a GPU yet; give the cluster's size with --gpus")
+    report = service_usage(store, table, capacity, settings.policy, settings.interval_s)
+    if fmt == "json":
+        print(json.dumps({"gpus": capacity, **report.as_dict()}, indent=2))
+        return
+    console.print(teams_table(report, f"fair shares of {capacity} GPUs ({source}); ρ against each team alone on its share, modelled"))
+    console.print(submitters_table(report))
+
+
+def _live_gpus(store) -> tuple[int | None, str]:
+    """The GPU workers of the cluster the service holding the store's lease drives (None: none reachable)."""
+    from service.store.lease import Lease
+
+    info = Lease(store).info()
+    if info.holder is None or info.expires_at <= time.time() or not info.cluster_address:
+        return None, ""
+    from distributed import Client
+
+    from elastic_tasks.cluster import gpu_workers
+
+    try:
+        with Client(info.cluster_address, timeout=3, set_as_default=False) as client:
+            return len(gpu_workers(client)), "the running service's workers"
+    except (OSError, TimeoutError):
+        return None, ""
 
 
 def cancel(

@@ -18,7 +18,7 @@ from flows.commands.shared.common import settings_or_fail, store_or_fail
 from flows.commands.shared.console import err_console, fail, print_raw
 
 # Flags that describe one job: with --file they would be ignored, so they are refused.
-_JOB_FLAGS = ("samples", "epochs", "dataset_samples", "min_batch", "max_batch", "min_gpus", "max_gpus", "name", "profile")
+_JOB_FLAGS = ("samples", "epochs", "dataset_samples", "min_batch", "max_batch", "min_gpus", "max_gpus", "name", "profile", "priority")
 
 
 def _profile_for(workload: str, profile: Path | None, settings) -> tuple[object, str | None]:
@@ -119,6 +119,7 @@ def submit(
     min_gpus: Annotated[int, typer.Option("--min-gpus", help="Fewest GPUs.")] = 1,
     max_gpus: Annotated[int, typer.Option("--max-gpus", help="Most GPUs.")] = 4,
     name: Annotated[str | None, typer.Option("--name", help="A name to show beside the job id.")] = None,
+    priority: Annotated[str, typer.Option("--priority", help="Priority class (best-effort, default, nightly) or an integer: who goes first and yields last in your team.")] = "default",
     profile: Annotated[Path | None, typer.Option("--profile", help="Throughput profile JSON (default: the newest cached one, else a prior).")] = None,
     key: Annotated[str | None, typer.Option("--key", help="Idempotency key: a retry with the same key returns the same job; another job under it is refused.")] = None,
     import_check: Annotated[bool, typer.Option("--import-check/--no-import-check", help="Refuse an entry point whose module cannot be found here.")] = True,
@@ -148,11 +149,17 @@ def submit(
     from service.jobs.jobspec import check_submission
     from service.store import IdempotencyConflict, StorePermissionError
 
+    from allocator.fairness.priority import priority_value
+
+    try:
+        level = priority_value(int(priority) if priority.lstrip("-").isdigit() else priority, "--priority")
+    except ValueError as exc:
+        fail(str(exc))
     found, note = _profile_for(entrypoint, profile, settings)
     try:  # parsed here, once: the client stores this JobSpec as it is
         spec = check_submission(JobSpec(
             id=entrypoint.rsplit(":", 1)[-1], workload=entrypoint, profile=found, total_samples=total,
-            min_batch=min_batch, max_batch=max_batch, min_gpus=min_gpus, max_gpus=max_gpus,
+            min_batch=min_batch, max_batch=max_batch, min_gpus=min_gpus, max_gpus=max_gpus, priority=level,
         ))  # fmt: skip
     except ValueError as exc:
         fail(str(exc))

@@ -16,7 +16,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from allocator.admission import OverflowMode
-from allocator.policies import UnknownPolicyError, available_policies, make_policy
+from allocator.policies import UnknownPolicyError, available_policies, parse_policy
 from service.redaction import redact_url
 
 ENV_PREFIX = "MALLEABLE_"
@@ -69,6 +69,7 @@ class Settings(BaseSettings):
         description="Comma-separated module patterns (fnmatch, e.g. 'elastic_tasks.*,team_models.*') of the entry points the service will run; unset: any.",
     )
     checkpoint_every: int = Field(20, ge=1, description="Service jobs checkpoint every this many steps (what a restart resumes from).")
+    teams: Path | None = Field(None, description="The service's teams file (YAML/JSON): each team's GPU quota or weight and members; unset: no fair sharing (docs/service.md, Teams).")
     gloo_socket_ifname: str | None = Field(None, description="Network interface gloo binds and connects on in multi-node jobs (GLOO_SOCKET_IFNAME on the workers), e.g. eth0.")
     nccl_socket_ifname: str | None = Field(None, description="Network interface nccl bootstraps on in multi-node jobs (NCCL_SOCKET_IFNAME on the workers), e.g. eth0 or ib0.")
     preflight: bool = Field(True, description="`malleable train` runs one step of the recipe on the ranks' device before any worker starts (false: skip it, e.g. a model that builds only where the ranks run).")
@@ -77,7 +78,7 @@ class Settings(BaseSettings):
     @classmethod
     def _known_policy(cls, value: str) -> str:
         try:
-            make_policy(value)
+            parse_policy(value).build()
         except UnknownPolicyError:
             raise ValueError(f"unknown policy; choose one of {', '.join(available_policies())}") from None
         return value

@@ -193,12 +193,13 @@ def record_run(
     measured: Mapping[str, MeasuredJob] | None = None,
     parent: str | None = None,
     live: LiveRuns | None = None,
+    extra_metrics: Mapping[str, float] | None = None,
 ) -> RecordedRun:
     """Log ``result`` as a parent run with nested job runs; returns their ids (or offline refs).
 
     ``measured``: what the trainer measured per job (a real run).
     ``live``: runs opened while the loop ran (``flows.recording.live_tracking``); they are completed
-    rather than created again."""
+    rather than created again. ``extra_metrics``: more summary figures for the parent run (its fairness)."""
     metrics = summarise(result, specs)
     run_params = parent_params(mode, result.policy, result.capacity, result.settings, len(specs), params)
     if live is None:
@@ -229,14 +230,16 @@ def record_run(
         points += [MetricPoint(k, v, 0, ended_ms) for k, v in final.items()]
         tracker.log_metrics(run, points)
         tracker.end_run(run, "FINISHED" if out.finish_s is not None else "KILLED")
-    finish_parent(tracker, parent_run, name, result, metrics)
+    finish_parent(tracker, parent_run, name, result, metrics, extra=extra_metrics)
     return RecordedRun(parent_run=parent_run, job_runs=job_runs, metrics=metrics, outcomes=outs)
 
 
-def finish_parent(tracker: Tracker, parent_run: str, name: str, result: LoopResult, metrics: RunMetrics, status: str = "FINISHED") -> None:
+def finish_parent(
+    tracker: Tracker, parent_run: str, name: str, result: LoopResult, metrics: RunMetrics, status: str = "FINISHED", extra: Mapping[str, float] | None = None
+) -> None:
     """The parent run's summary metrics (what ``malleable compare`` reads), schedule and figures; ended."""
     end = int(round(result.end_time))
-    tracker.log_metrics(parent_run, [MetricPoint(k, v, end) for k, v in summary_metrics(metrics).items()])
+    tracker.log_metrics(parent_run, [MetricPoint(k, v, end) for k, v in {**summary_metrics(metrics), **(extra or {})}.items()])
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
         (d / "schedule.csv").write_text(schedule_csv(result))
