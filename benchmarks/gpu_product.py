@@ -100,3 +100,48 @@ def killed_rank(run: Run, ranks: int) -> dict[str, object]:
         "pause_s": round(rec.pause_s, 3) if rec and rec.pause_s is not None else None,
         "steps_lost": rec.steps_lost if rec else None,
     }
+
+
+def restart_rescale(run: Run, at_step: int) -> dict[str, object]:
+    """One rank whose worker process is restarted at ``at_step`` (checkpoint-restart at the same
+    size, the path that needs no second GPU): the pause, and the peak memory of the process
+    before the restart and of the fresh one after it (CUDA's allocator peak on a GPU)."""
+    import tempfile
+
+    from distributed import Client
+
+    from deploy.local import local_gpu_cluster
+    from elastic_tasks.cluster import WorkerPool, warm_up
+    from elastic_tasks.coordinator.job import JobCoordinator
+    from elastic_tasks.protocol import TrainConfig
+
+    with tempfile.TemporaryDirectory() as ckpt, local_gpu_cluster(1) as cluster, Client(cluster) as client:
+        # The ranks wait at at_step for the plan (as `malleable train --rescale-at` makes them): a
+        # fast job cannot finish before the restart is published.
+        config = TrainConfig(
+            global_batch=run.batch, max_steps=run.steps, backend=run.backend, timeout_s=60.0, evaluate=False, checkpoint_dir=ckpt,
+            hold_at_steps=frozenset({at_step}),
+        )
+        client.wait_for_workers(1, timeout=180)
+        warm_up(client, run.entry)
+        client.run(_reset_peak)
+        job = JobCoordinator(client, WorkerPool(client), f"gpu-restart-{time.monotonic_ns()}", run.entry, config)
+        try:
+            job.start(1)
+            while (s := job.status()) is None or s.step < at_step // 2:
+                time.sleep(0.05)
+            before = max(client.run(_peak_bytes).values())
+            outcome = job.restart_rescale(1, at_step=at_step)
+            result = job.wait(900)
+            after = max(client.run(_peak_bytes).values())
+        finally:
+            job.close()
+            job.board.forget()
+    return {
+        "finished": result.finished,
+        "samples_exact": result.samples_seen == run.steps * run.batch,
+        "pause_s": round(outcome.pause_s, 3) if outcome is not None and outcome.pause_s is not None else None,
+        "peak_mem_mib_before": round(before / 2**20, 1),
+        "peak_mem_mib_after": round(after / 2**20, 1),
+        "peak_mem_kind": "cuda_max_memory_allocated" if torch.cuda.is_available() else "process_peak_rss",
+    }

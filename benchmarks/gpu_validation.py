@@ -1,254 +1,242 @@
-"""What one (or more) GPU allows, ready for when a GPU machine is lent; on CPU it says what it skipped.
+"""What a GPU machine says about the product, in one run with a verdict; on CPU, what it can.
 
-Checks, each on its own so a failure or a skip does not hide the others:
+``python benchmarks/gpu_validation.py`` (no arguments) runs every check this machine allows,
+each in its own process with its own time limit (a hung nccl collective ends its check, not
+the run), within an overall budget (8 minutes on one H100 by default), and prints one line per
+check and, last, one JSON object: ``{"verdict": "pass"|"fail", "checks": {name: {"status",
+"seconds", "figures", "criteria", ...}}, "skipped": {name: reason}, ...}``. A check passes when
+each of its criteria holds (each criterion: value, limit, ok); the verdict is "pass" when at
+least one check ran and none failed. The checks (``gpu_checks.CHECKS``; ``--dry-run`` lists
+them with what each needs and what it would do here):
 
-  device_assignment   the CUDA_VISIBLE_DEVICES each local GPU worker is started with; on a GPU
-                      host the cluster is started and every worker reports the device it
-                      really sees (distinct UUIDs = one GPU per rank)
-  state_round_trip    an Adam/AdamW job's state on the GPU: checkpoint save/load keeps every
-                      tensor bit for bit and on its device (exp_avg on cuda, step on the CPU);
-                      save and load milliseconds for resnet_10m
-  state_broadcast     2 processes, one GPU each, a cpu:gloo,cuda:nccl group: the joiner's
-                      Adam state equals the survivor's (needs 2 GPUs)
-  profile_amp         resnet_10m / vgg_10m / tiny_lm iteration time at GPU batch sizes, fp32
-                      against bf16 autocast (and fp16) side by side: ms and the speed-up ratio
-  elastic_in_place    the product (the rank loop of `malleable train`, benchmarks/gpu_product.py)
-                      for each of --models (tiny_lm, resnet_small) on nccl: 1->2->1 in place
-                      (2->4->2 with 4 GPUs), the pause of each change and the peak memory
-  killed_rank         the same, one rank SIGKILLed mid-run: finished with the exact sample
-                      count, the recovery's pause and the steps lost
-  probe_overhead      the gradient-noise probe's cost per step (skipped: it cannot be switched
-                      off on the product path yet, so there is no side-by-side to measure)
+  environment        torch, CUDA, nccl; the nccl error mode a rank sets (0: torch's for aborts)
+  elastic_vs_ddp     one GPU: the product's rank loop on nccl (world 1) beside plain DDP on the
+                     same worker, CUDA-event step times, interleaved rounds; pass: elastic within
+                     2 % of plain (mean step time), every run finished with exact samples
+  amp                the same in bf16 and fp16 (GradScaler): finished, finite losses, ratios
+  restart_rescale    the rank's process restarted mid-run (checkpoint-restart): the pause, and
+                     the peak CUDA memory after the restart within 25 % of before
+  probe_overhead     the product with the gradient-noise probe on against off
+  state_round_trip   an AdamW state saved and loaded on the GPU, bit for bit
+  device_assignment  one GPU per Dask worker (distinct device UUIDs)
+  profile_amp        the profiler's fp32/bf16/fp16 iteration times
+  state_broadcast, elastic_in_place, killed_rank   two GPUs or more: the nccl state broadcast,
+                     in-place grow and shrink, a SIGKILLed rank
 
-On CPU (no GPU lent) elastic_in_place and killed_rank still run the product, on gloo with
-virtual GPUs, as a smoke of the path; what only a GPU shows (nccl, CUDA memory, AMP) is
-listed under skipped / skipped_parts.
+Without CUDA the checks that run the product do so on gloo with small sizes (a smoke: their
+timing criteria are listed under ``skipped_parts``); the others are skipped, saying why. The
+exit code is 0 whatever the verdict (2 for bad arguments).
 
-Figures (last line, JSON): cuda (bool), gpus, skipped {check: reason}, and per check its
-figures (<model>_<precision>_ms_b<b>, <model>_bf16_speedup_b<b>, ckpt_save_ms, ckpt_load_ms,
-workers_distinct_devices, ...).
+Needs, beside torch: the repository (put on the path here) and Dask (``distributed``). On a
+machine without Dask and without network (the lent GPU machines), carry wheels in ``.whl/``
+at the repository's root, made where pip works by ``benchmarks/gpu_wheels.sh``: they are
+installed into a temporary directory at start.
 
-Run: python benchmarks/gpu_validation.py [--batches 64,128,256] [--repeats 10] [--only a,b]
-     [--models elastic_tasks.examples:tiny_lm,elastic_tasks.examples:resnet_small] [--steps 30] [--batch 32]
+Run: python benchmarks/gpu_validation.py [--dry-run] [--only a,b] [--budget SECONDS]
+     [--timeout SECONDS | --timeout name=SECONDS,...] [--rounds 3] [--step-batch 256] ...
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
+import signal
+import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Callable
+from pathlib import Path
 
-import torch
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+for _p in (str(BENCH), str(REPO)):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
 
-SkipReason = str
-
-
-class Skip(Exception):
-    pass
-
-
-def _need_gpus(n: int) -> None:
-    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if have < n:
-        raise Skip(f"needs {n} CUDA device(s), this machine has {have}")
+RESULT = "GPU_VALIDATION_RESULT "  # a child's last line: its check's outcome as JSON
+MIN_LEFT_S = 20.0  # a check is not started with less of the budget left
 
 
-def device_assignment(args: argparse.Namespace) -> dict[str, object]:
-    from deploy.local import local_gpu_cluster, visible_cuda_devices
-    from elastic_tasks.devices import cuda_worker_env
-
-    virtual = cuda_worker_env(["0", "1", "2", "3"])
-    out: dict[str, object] = {"rotation_4_gpus": [e["CUDA_VISIBLE_DEVICES"] for e in virtual]}
-    visible = visible_cuda_devices()
-    if not visible:
-        out["skipped_part"] = "no CUDA: the rotation is computed, no GPU worker started"
-        return out
-    from distributed import Client
-
-    def seen() -> str:
-        return f"{os.environ.get('CUDA_VISIBLE_DEVICES')}|{torch.cuda.get_device_properties(0).uuid}"
-
-    with local_gpu_cluster(len(visible)) as cluster, Client(cluster) as client:
-        client.wait_for_workers(len(visible), timeout=120)
-        views = client.run(seen)
-    out["workers"] = len(views)
-    out["workers_distinct_devices"] = len({v.split("|")[1] for v in views.values()})
-    return out
+def _wheels(wheel_dir: Path) -> str | None:
+    """Install carried wheels (no index, no network) if Dask is missing; the directory added."""
+    try:
+        import distributed  # noqa: F401
+    except ImportError:
+        wheels = sorted(wheel_dir.glob("*.whl")) if wheel_dir.is_dir() else []
+        if not wheels:
+            return None
+        target = Path(tempfile.gettempdir()) / "malleable-gpu-site"
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--upgrade", "--target", str(target), *map(str, wheels)], check=True)
+        sys.path.insert(0, str(target))
+        return str(target)
+    return None
 
 
-def _adam_state(device: torch.device, name: str = "resnet_10m"):
-    from elastic_tasks.examples import EXAMPLES
-    from elastic_tasks.rank.scaling import LRRamp
-    from elastic_tasks.rank.state.elastic import ElasticState, TrainMeta
+def _parse(argv: list[str]) -> argparse.Namespace:
+    from gpu_checks import CHECKS
 
-    torch.manual_seed(0)
-    recipe = EXAMPLES[name]()
-    model = recipe.build_model().to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    x = torch.randn(8, 3, 16, 16, device=device)
-    for _ in range(2):
-        opt.zero_grad()
-        model(x).sum().backward()
-        opt.step()
-    meta = TrainMeta(step=2, samples_seen=16, global_batch=8, lr=LRRamp(1e-3, 1e-3), rng_state=b"")
-    return ElasticState(model, opt, meta, torch.amp.GradScaler(device.type))
-
-
-def state_round_trip(args: argparse.Namespace) -> dict[str, object]:
-    _need_gpus(1)
-    from elastic_tasks.rank.state.elastic import buckets
-
-    device = torch.device("cuda", 0)
-    src, dst = _adam_state(device), _adam_state(device)
-    for p in dst.model.parameters():
-        p.data.add_(1.0)  # make them differ before the load
-    with tempfile.TemporaryDirectory() as d:
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        src.save(d)
-        t1 = time.perf_counter()
-        dst.load(d)
-        torch.cuda.synchronize()
-        t2 = time.perf_counter()
-    equal = all(torch.equal(a, b) for a, b in zip(src._tensors(), dst._tensors()))
-    devices = sorted({str(t.device) for t in dst._tensors()})
-    return {
-        "ckpt_save_ms": round((t1 - t0) * 1e3, 1),
-        "ckpt_load_ms": round((t2 - t1) * 1e3, 1),
-        "ckpt_exact": equal,
-        "state_devices": devices,
-        "broadcast_buckets": [f"{b[0].device}/{b[0].dtype}" for b in buckets(src._tensors())],
-    }
-
-
-def state_broadcast(args: argparse.Namespace) -> dict[str, object]:
-    _need_gpus(2)
-    import subprocess
-    import sys
-
-    # The test does exactly this; run it here so its verdict lands in the figures.
-    out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "tests/test_state_broadcast.py", "-k", "cpu_gloo_cuda_nccl"],
-        capture_output=True, text=True, timeout=300,
-    )
-    return {"passed": out.returncode == 0, "tail": out.stdout.strip().splitlines()[-1] if out.stdout.strip() else out.stderr[-200:]}
-
-
-def profile_amp(args: argparse.Namespace) -> dict[str, object]:
-    _need_gpus(1)
-    from allocator.types import AllreduceModel
-    from elastic_tasks.examples import EXAMPLES, tiny_lm
-    from elastic_tasks.profiling.settings import ProfileSettings
-    from elastic_tasks.profiling.profiler import profile_recipe
-
-    no_comm = AllreduceModel(latency_s=1e-4, seconds_per_param=1e-9)
-    settings = ProfileSettings(batch_sizes=args.batches, warmup=3, repeats=args.repeats, device="cuda:0", max_batch_per_gpu=max(args.batches))
-    out: dict[str, object] = {}
-    recipes = {"resnet_10m": EXAMPLES["resnet_10m"], "vgg_10m": EXAMPLES["vgg_10m"], "tiny_lm": tiny_lm}
-    for name, build in recipes.items():
-        base = build()
-        times = {}
-        for precision in ("fp32", "bf16", "fp16"):
-            report = profile_recipe(dataclasses.replace(base, precision=precision), settings, allreduce=no_comm)
-            times[precision] = dict(zip(report.profile.batch_sizes, report.raw_iter_times_s))
-            for b, t in times[precision].items():
-                out[f"{name}_{precision}_ms_b{b}"] = round(t * 1e3, 2)
-        for b in times["fp32"]:
-            if b in times["bf16"]:
-                out[f"{name}_bf16_speedup_b{b}"] = round(times["fp32"][b] / times["bf16"][b], 2)
-    return out
-
-
-def _gpus() -> int:
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
-
-
-def _product_run(args: argparse.Namespace, entry: str):  # noqa: ANN202
-    from gpu_product import Run
-
-    return Run(entry, args.steps, args.batch, "nccl" if _gpus() else "gloo")
-
-
-def elastic_in_place(args: argparse.Namespace) -> dict[str, object]:
-    from gpu_product import elastic_in_place as run
-
-    gpus = _gpus()
-    if gpus == 1:
-        raise Skip("an in-place grow needs 2 CUDA devices, this machine has 1")
-    out: dict[str, object] = {} if gpus else {"skipped_parts": "no CUDA: gloo on virtual GPUs; peak memory is the process RSS, not CUDA's"}
-    for entry in args.models:
-        out[entry.rsplit(":", 1)[-1]] = run(_product_run(args, entry), gpus or 2)
-    return out
-
-
-def killed_rank(args: argparse.Namespace) -> dict[str, object]:
-    from gpu_product import killed_rank as run
-
-    gpus = _gpus()
-    if gpus == 1:
-        raise Skip("surviving a killed rank needs 2 CUDA devices, this machine has 1")
-    out: dict[str, object] = {} if gpus else {"skipped_parts": "no CUDA: gloo on 3 virtual GPUs (gloo raises where nccl hangs; tests/test_nccl_hang_system.py simulates the hang)"}
-    for entry in args.models:
-        out[entry.rsplit(":", 1)[-1]] = run(_product_run(args, entry), min(3, gpus) if gpus else 3)
-    return out
-
-
-def probe_overhead(args: argparse.Namespace) -> dict[str, object]:
-    raise Skip("the noise probe cannot be switched off on the product path in this branch: no side-by-side to time")
-
-
-CHECKS: dict[str, Callable[[argparse.Namespace], dict[str, object]]] = {
-    "device_assignment": device_assignment,
-    "state_round_trip": state_round_trip,
-    "state_broadcast": state_broadcast,
-    "profile_amp": profile_amp,
-    "elastic_in_place": elastic_in_place,
-    "killed_rank": killed_rank,
-    "probe_overhead": probe_overhead,
-}
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batches", default="64,128,256")
-    parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--only", default=",".join(CHECKS), help="checks to run, comma-separated")
-    parser.add_argument("--models", default="elastic_tasks.examples:tiny_lm,elastic_tasks.examples:resnet_small")
-    parser.add_argument("--steps", type=int, default=30, help="steps of each product run")
-    parser.add_argument("--batch", type=int, default=32, help="global batch of each product run")
-    args = parser.parse_args()
-    args.batches = tuple(int(b) for b in args.batches.split(","))
-    args.models = [m for m in args.models.split(",") if m]
-    only = [c for c in args.only.split(",") if c]
-    unknown = [c for c in only if c not in CHECKS]
+    names = [c.name for c in CHECKS]
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--dry-run", action="store_true", help="list the checks, what each needs and would do here; run nothing")
+    p.add_argument("--only", default=",".join(names), help="checks to run, comma-separated")
+    p.add_argument("--budget", type=float, default=None, help="seconds for the whole run (default 470 with CUDA: 8 minutes on one H100 with the start; 1800 without, where the smokes run on a CPU); checks that would start later are skipped")
+    p.add_argument("--timeout", default="", help="seconds per check (all), or name=seconds,... (those)")
+    p.add_argument("--rounds", type=int, default=4, help="elastic_vs_ddp: interleaved rounds (even: each order as often)")
+    p.add_argument("--amp-rounds", type=int, default=2, help="amp, probe_overhead: rounds")
+    p.add_argument("--step-batch", type=int, default=256, help="batch of the timed runs (GPU)")
+    p.add_argument("--warmup", type=int, default=30, help="steps of a timed run left out (GPU)")
+    p.add_argument("--timed-steps", type=int, default=150, help="steps of a timed run measured (GPU)")
+    p.add_argument("--batches", default="128,256", help="profile_amp: batch sizes")
+    p.add_argument("--repeats", type=int, default=5, help="profile_amp: timed iterations")
+    p.add_argument("--models", default="elastic_tasks.examples:tiny_lm,elastic_tasks.examples:resnet_small", help="elastic_in_place, killed_rank")
+    p.add_argument("--steps", type=int, default=30, help="elastic_in_place, killed_rank: steps")
+    p.add_argument("--batch", type=int, default=32, help="elastic_in_place, killed_rank: global batch")
+    p.add_argument("--wheels", default=str(REPO / ".whl"), help="wheels to install if Dask is missing")
+    p.add_argument("--child", default="", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    args.only_list = [c for c in args.only.split(",") if c]
+    unknown = [c for c in args.only_list + ([args.child] if args.child else []) if c not in names]
     if unknown:
-        parser.exit(2, f"--only={args.only!r}: unknown check {unknown[0]!r} (known: {', '.join(CHECKS)})\n")
-    cuda = torch.cuda.is_available()
-    figures: dict[str, object] = {"cuda": cuda, "gpus": torch.cuda.device_count() if cuda else 0, "torch": torch.__version__}
-    skipped: dict[str, SkipReason] = {}
-    for name, check in CHECKS.items():
-        if name not in only:
+        p.exit(2, f"--only={args.only!r}: unknown check {unknown[0]!r} (known: {', '.join(names)})\n")
+    try:
+        args.batches = tuple(int(b) for b in args.batches.split(","))
+        args.timeouts = _timeouts(args.timeout, names)
+    except ValueError as exc:
+        p.exit(2, f"{exc}\n")
+    args.models = [m for m in args.models.split(",") if m]
+    return args
+
+
+def _timeouts(spec: str, names: list[str]) -> dict[str, float]:
+    if not spec:
+        return {}
+    if "=" not in spec:
+        return dict.fromkeys(names, float(spec))
+    out = {}
+    for part in spec.split(","):
+        name, _, value = part.partition("=")
+        if name not in names:
+            raise ValueError(f"--timeout={spec!r}: unknown check {name!r}")
+        out[name] = float(value)
+    return out
+
+
+def _dask(args: argparse.Namespace) -> str:
+    try:
+        import distributed
+    except ImportError:
+        return f"missing ({'wheels in ' + args.wheels if Path(args.wheels).is_dir() else 'no wheels: benchmarks/gpu_wheels.sh'})"
+    return distributed.__version__
+
+
+def _here(check, have: int) -> tuple[str, str]:  # noqa: ANN001 - a gpu_checks.Check
+    """What ``check`` would do on this machine: (runs | smoke | partial | skipped, why)."""
+    if have >= check.gpus:
+        return "runs", ""
+    if check.without == "skip" or (have and check.without == "smoke"):
+        return "skipped", f"needs {check.gpus} CUDA device(s), this machine has {have}"
+    return check.without, f"this machine has {have} of its {check.gpus} CUDA device(s): {'the product on gloo, small sizes' if check.without == 'smoke' else 'what needs no GPU'}"
+
+
+def _child(args: argparse.Namespace) -> None:
+    """Run one check in this process; its outcome is the last line."""
+    from gpu_checks import CHECKS, Skip
+
+    check = next(c for c in CHECKS if c.name == args.child)
+    try:
+        out = check.run(args)
+    except Skip as reason:
+        out = {"skip": str(reason)}
+    except Exception as exc:  # noqa: BLE001 - the check failed: say how, in one line
+        out = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:400]}
+    print(RESULT + json.dumps(out, default=str), flush=True)
+
+
+def _run_child(argv: list[str], name: str, timeout_s: float, env: dict[str, str]) -> dict[str, object]:
+    cmd = [sys.executable, str(Path(__file__).resolve()), *argv, "--child", name]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the check and every process it started (Dask workers)
+        proc.communicate()
+        return {"error": f"timed out after {timeout_s:g} s"}
+    lines = [ln for ln in out.splitlines() if ln.startswith(RESULT)]
+    if not lines:
+        tail = " | ".join(out.strip().splitlines()[-3:])
+        return {"error": f"exit code {proc.returncode}, no result: {tail[-400:]}"}
+    return json.loads(lines[-1][len(RESULT):])
+
+
+def _derived(checks: dict[str, object]) -> dict[str, object]:
+    """Figures across checks: the product's own bf16 speed-up (fp32 and bf16 runs of the same model)."""
+    try:
+        fp32 = checks["elastic_vs_ddp"]["figures"]["elastic_mean_ms"]  # type: ignore[index]
+        bf16 = checks["amp"]["figures"]["bf16"]["elastic_mean_ms"]  # type: ignore[index]
+    except (KeyError, TypeError):
+        return {}
+    return {"product_bf16_speedup": round(fp32 / bf16, 3)}
+
+
+def main(argv: list[str]) -> None:
+    args = _parse(argv)
+    site = _wheels(Path(args.wheels)) if not args.dry_run else None
+    if args.child:
+        _child(args)
+        return
+    import torch
+
+    from gpu_checks import CHECKS, gpus
+
+    have = gpus()
+    header = {"cuda": torch.cuda.is_available(), "gpus": have, "torch": torch.__version__, "device": torch.cuda.get_device_name(0) if have else "cpu", "dask": _dask(args)}
+    chosen = [c for c in CHECKS if c.name in args.only_list]
+    if args.budget is None:
+        args.budget = 470.0 if have else 1800.0
+    if args.dry_run:
+        listing = {}
+        for c in chosen:
+            what, why = _here(c, have)
+            timeout = args.timeouts.get(c.name, c.timeout_s)
+            listing[c.name] = {"needs": c.needs, "gpus": c.gpus, "here": what, "why": why, "timeout_s": timeout}
+            print(f"{c.name:18} {what:8} {timeout:5.0f} s  needs {c.needs}" + (f"  [{why}]" if why else ""))
+        print(json.dumps({"dry_run": True, **header, "budget_s": args.budget, "checks": listing}))
+        return
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (site, str(BENCH), str(REPO), os.environ.get("PYTHONPATH")) if p)}
+    passthrough = [a for a in argv if a != "--dry-run"]
+    t0 = time.monotonic()
+    checks: dict[str, object] = {}
+    skipped: dict[str, str] = {}
+    for c in chosen:
+        what, why = _here(c, have)
+        left = args.budget - (time.monotonic() - t0)
+        if what == "skipped" or left < MIN_LEFT_S:
+            skipped[c.name] = why if what == "skipped" else f"over the run's budget ({args.budget:g} s)"
+            print(f"SKIP {c.name}: {skipped[c.name]}", flush=True)
             continue
-        t0 = time.perf_counter()
-        try:
-            result = check(args)
-        except Skip as reason:
-            skipped[name] = str(reason)
-            print(f"SKIPPED {name}: {reason}")
+        started = time.monotonic()
+        limit = args.timeouts.get(c.name, c.timeout_s)
+        out = _run_child(passthrough, c.name, min(limit, left), env)
+        if left < limit and str(out.get("error", "")).startswith("timed out"):
+            out["error"] = f"{out['error']}: the end of the run's budget ({args.budget:g} s), short of its own limit ({limit:g} s)"
+        seconds = round(time.monotonic() - started, 1)
+        if "skip" in out:
+            skipped[c.name] = str(out["skip"])
+            print(f"SKIP {c.name}: {out['skip']}", flush=True)
             continue
-        except Exception as exc:  # noqa: BLE001 - report and go on with the other checks
-            figures[f"{name}_error"] = f"{type(exc).__name__}: {exc}"[:300]
-            print(f"FAILED  {name}: {type(exc).__name__}: {exc}")
-            continue
-        figures[name] = result
-        print(f"ran     {name} in {time.perf_counter() - t0:.1f} s: {result}")
-    figures["skipped"] = skipped
-    print(json.dumps(figures))
+        criteria = out.get("criteria", {})
+        failed = [k for k, v in criteria.items() if not v["ok"]]  # type: ignore[union-attr, index]
+        status = "fail" if "error" in out or failed else "pass"
+        checks[c.name] = {"status": status, "seconds": seconds, **out}
+        detail = out.get("error") or (f"failed: {', '.join(failed)}" if failed else f"{len(criteria)} criteria hold")  # type: ignore[arg-type]
+        print(f"{status.upper()} {c.name} ({seconds:g} s): {detail}" + (f"; not here: {out['skipped_parts']}" if out.get("skipped_parts") else ""), flush=True)
+    derived = _derived(checks)
+    ran = [v["status"] for v in checks.values()]  # type: ignore[index]
+    verdict = "pass" if ran and "fail" not in ran else "fail"
+    summary = {"verdict": verdict, **header, "checks": checks, "skipped": skipped, **derived, "wall_s": round(time.monotonic() - t0, 1)}
+    print(json.dumps(summary, default=str))
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -116,15 +116,28 @@ def local_cuda_cluster(
             from dask_cuda import LocalCUDACluster  # the [gpu] extra; imported only where CUDA is present
         except ImportError:
             return cuda_spec_cluster(worker_envs, threads_per_worker=threads_per_worker, memory_limit=memory_limit)
-        return LocalCUDACluster(
-            n_workers=n_workers,
-            CUDA_VISIBLE_DEVICES=",".join(visible),
-            threads_per_worker=threads_per_worker,
-            resources={GPU_RESOURCE: 1},
-            memory_limit=memory_limit,
-            dashboard_address=":0",
-            silence_logs=40,
-        )
+        return LocalCUDACluster(**cuda_cluster_kwargs(n_workers, visible, threads_per_worker=threads_per_worker, memory_limit=memory_limit))
+
+
+def cuda_cluster_kwargs(n_workers: int, visible: list[str], *, threads_per_worker: int = 1, memory_limit: str | int | None = 0) -> dict[str, object]:
+    """What ``local_cuda_cluster`` hands dask-cuda's ``LocalCUDACluster``.
+
+    ``worker_class=TrainingNanny``: ``LocalCUDACluster`` (a ``LocalCluster``; dask-cuda 25.02 to
+    26.10 alike) passes a ``Nanny`` subclass through to ``LocalCluster`` as is (a worker class
+    would be wrapped in a plain ``Nanny``). Its default nanny reads the daemon flag from the
+    caller's config at every restart, after the block above has ended: the restarted worker came
+    back daemonic, and every DataLoader with workers failed on it.
+    """
+    return {
+        "n_workers": n_workers,
+        "CUDA_VISIBLE_DEVICES": ",".join(visible),
+        "threads_per_worker": threads_per_worker,
+        "resources": {GPU_RESOURCE: 1},
+        "memory_limit": memory_limit,
+        "dashboard_address": ":0",
+        "silence_logs": 40,
+        "worker_class": TrainingNanny,
+    }
 
 
 def cuda_spec_cluster(worker_envs: list[dict[str, str]], *, threads_per_worker: int = 1, memory_limit: str | int | None = 0) -> SpecCluster:

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import dask
 import pytest
-from distributed import Client
+from distributed import Client, LocalCluster, Nanny
 
 from deploy.clusters import KubeSpec, kube_cluster_spec
-from deploy.local import NON_DAEMONIC_ENV, local_gpu_cluster, training_worker_config
+from deploy.local import NON_DAEMONIC_ENV, cuda_cluster_kwargs, local_gpu_cluster, training_worker_config
 
 FORK_RECIPE = '''
 import torch
@@ -55,6 +55,28 @@ def _daemonic() -> bool:
 @pytest.mark.timeout(240)
 def test_a_worker_the_nanny_restarted_is_not_daemonic():
     with local_gpu_cluster(1) as cluster, Client(cluster) as client:
+        client.wait_for_workers(1, timeout=60)
+        [before] = client.run(_daemonic).values()
+        client.restart_workers(list(client.scheduler_info()["workers"]), timeout=120)
+        client.wait_for_workers(1, timeout=60)
+        [after] = client.run(_daemonic).values()
+    assert (before, after) == (False, False)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_the_dask_cuda_path_keeps_its_workers_non_daemonic_through_a_restart():
+    """Issue 34.5, by configuration (dask-cuda needs CUDA): what ``local_cuda_cluster`` hands
+    ``LocalCUDACluster``, on the ``LocalCluster`` it extends (dask-cuda passes a ``Nanny``
+    subclass given as ``worker_class`` through as is), built inside the non-daemonic config
+    block as the factory does and restarted after it ended."""
+    kwargs = cuda_cluster_kwargs(1, ["0", "1"])
+    assert kwargs["CUDA_VISIBLE_DEVICES"] == "0,1" and kwargs["resources"] == {"GPU": 1}
+    assert isinstance(kwargs["worker_class"], type) and issubclass(kwargs["worker_class"], Nanny)
+    on_cpu = {k: v for k, v in kwargs.items() if k != "CUDA_VISIBLE_DEVICES"}  # dask-cuda's own argument
+    with dask.config.set({"distributed.worker.daemon": False}):
+        cluster = LocalCluster(processes=True, **on_cpu)
+    with cluster, Client(cluster) as client:
         client.wait_for_workers(1, timeout=60)
         [before] = client.run(_daemonic).values()
         client.restart_workers(list(client.scheduler_info()["workers"]), timeout=120)

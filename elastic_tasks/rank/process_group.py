@@ -2,7 +2,8 @@
 
 The store is the control plane (short ``timeout_s``); the group's collectives are the data plane
 (``data_timeout_s``). Rank 0 publishes the store's address on the job board; the others read it
-there. A generation's group is destroyed before the next one forms.
+there. A generation's group is destroyed before the next one forms — or, if the hang watch
+aborted it, left alone: the next generation's group forms on a fresh store, beside nothing.
 
 ``init_process_group`` takes one timeout for both its own connect and every later collective:
 gloo's full-mesh connect waited the data timeout (600 s) for a rank that never came
@@ -27,7 +28,7 @@ import torch.distributed as dist
 from elastic_tasks.board import JobBoard
 from elastic_tasks.devices import process_group_backend
 from elastic_tasks.protocol import TrainConfig
-from elastic_tasks.rank.health.hang_watch import configure_nccl_error_mode
+from elastic_tasks.rank.health.hang_watch import abort_communicators, configure_nccl_error_mode
 
 # Fault injection (tests): "VERSION:RANK:SECONDS" makes that rank of that generation sleep
 # before it checks in, as a rank held elsewhere would (its worker busy, its host overloaded).
@@ -75,11 +76,19 @@ class ProcessGroups:
         dist.distributed_c10d._set_pg_timeout(timedelta(seconds=self.config.data_timeout_s))
 
     @staticmethod
-    def drop() -> None:
-        """Leave the current group, if any (a failed peer may make this raise: it is gone either way)."""
-        if dist.is_initialized():
-            with contextlib.suppress(Exception):
-                dist.destroy_process_group()
+    def drop(aborted: bool = False) -> None:
+        """Leave the current group, if any (a failed peer may make this raise: it is gone either way).
+
+        A group the hang watch ``aborted`` is never destroyed: destroy shuts the communicators
+        down through the peers it would wait for. The abort unregistered it already; should
+        any of it be left, it is aborted again, locally."""
+        if not dist.is_initialized():
+            return
+        if aborted:
+            abort_communicators()
+            return
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
 
 
 def arrival_barrier(store: dist.Store, version: int, rank: int, world: int, timeout_s: float) -> None:

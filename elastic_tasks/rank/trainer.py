@@ -52,7 +52,7 @@ from elastic_tasks.devices import default_backend, rank_device
 from elastic_tasks.rank import lr as lrs
 from elastic_tasks.rank.evaluation.evaluate import RankEvaluation
 from elastic_tasks.rank.forward import RecipeStep
-from elastic_tasks.rank.health.hang_watch import HangWatch, abort_communicators, simulate_hang_requested
+from elastic_tasks.rank.health.hang_watch import HangWatch, simulate_hang_requested
 from elastic_tasks.rank.data.loader import RankLoader
 from elastic_tasks.rank.noise.probe_schedule import SampleSchedule
 from elastic_tasks.rank.noise.scale import GradientNoiseProbe
@@ -122,12 +122,13 @@ class _Rank:
         self.agreement: Agreement | None = None  # this generation's end-of-step agreements
         # The gradient noise scale for goodput (issue 14), within its share of the step.
         self.noise = GradientNoiseProbe(schedule=SampleSchedule(cost_budget=self.config.noise_probe_budget))
-        self.witness = HookWitness()  # tells a failed gradient allreduce from the recipe's own errors
+        # Tells a failed gradient allreduce from the recipe's own errors; never calls into an aborted group.
+        self.witness = HookWitness(lambda: self.plan is not None and self.watch.aborted(self.plan.version))
         self.checkpoints = CheckpointWriter()  # rank 0's periodic checkpoints, off the step loop
         self.local_clock = LocalClock(self.device)  # straggler timing: CUDA events on a GPU
         # Frees a data-plane collective that a lost peer left hanging (nccl); rank/health/hang_watch.py.
-        abort = abort_communicators if self.backend == "nccl" else (lambda: None)  # gloo cannot abort in flight
-        self.watch = HangWatch(board.aborted_generation, self.config.data_timeout_s, abort=abort, simulate_hang=simulate_hang_requested())
+        # The same abort on gloo (which cannot free a collective in flight): the group goes away either way.
+        self.watch = HangWatch(board.aborted_generation, self.config.data_timeout_s, simulate_hang=simulate_hang_requested())
         self.wall.record(Phase.START, t_created, time.time())
 
     @property
@@ -200,7 +201,8 @@ class _Rank:
                     self.state.broadcast(src=src, chunk_bytes=chunk, waits=self.watch.waits)
         self._apply_batch(plan)
         self._open_loader()
-        with collective(f"DDP set-up of generation {plan.version}"):  # it checks parameter shapes across ranks
+        # DDP's parameter check is nccl's first collective, which creates the communicator: data plane.
+        with self.watch.data_plane(plan.version, "DDP set-up"), collective(f"DDP set-up of generation {plan.version}"):
             # The whole recipe step runs inside DDP's forward; step_fn gets the raw model (rank/forward.py).
             self.ddp = DistributedDataParallel(RecipeStep(self.state.model, self.recipe), init_sync=False, forward_sync_buffers=False)
         gradient_hook.install(self.ddp, self.watch.waits, self.witness)
@@ -227,7 +229,7 @@ class _Rank:
         if self.agreement is not None:  # a peer failed during the next step: a completed agreement still counts
             self._record(self.agreement.salvage(self.noise.value))
             self.agreement = None
-        self.groups.drop()
+        self.groups.drop(aborted=self.plan is not None and self.watch.aborted(self.plan.version))
 
     def _leave(self, plan: Plan, t_stop: float) -> RankResult:
         with self.wall.phase(Phase.CHECKPOINT):
@@ -242,8 +244,11 @@ class _Rank:
 
     def _finish(self) -> RankResult:
         evaluating = self.config.evaluate and self.recipe.eval_dataset is not None
-        # Sharded: every rank takes part, so while the group lives; else rank 0 alone, after it.
-        evaluation = self._evaluate() if evaluating and self.recipe.eval_sharded else None
+        # Sharded: every rank takes part, so while the group lives (its gather is data plane); else rank 0 alone, after it.
+        evaluation = None
+        if evaluating and self.recipe.eval_sharded:
+            with self.watch.data_plane(self.plan.version if self.plan else -1, "final evaluation"):
+                evaluation = self._evaluate()
         with self.wall.phase(Phase.REGROUP):
             self._drop_group()
         with self.wall.phase(Phase.CHECKPOINT):

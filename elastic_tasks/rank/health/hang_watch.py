@@ -3,7 +3,7 @@
 gloo and nccl fail differently when a peer dies. gloo raises in the survivors' next
 collective ("Connection closed by peer"). nccl does not: the survivors block inside the
 gradient allreduce until the process group's timeout, and torch's default error handling
-(``TORCH_NCCL_ASYNC_ERROR_HANDLING=1``, tear down) then kills the whole process, so the
+(``TORCH_NCCL_ASYNC_ERROR_HANDLING=3``, tear down) then kills the whole process, so the
 rank never reaches recovery (pytorch/elastic #134). So:
 
 * **Data plane** (gradient allreduce, state broadcast): the process group, with a long
@@ -18,14 +18,26 @@ rank never reaches recovery (pytorch/elastic #134). So:
   which would itself hang on the dead peer). The blocked collective then raises in the
   survivor, which goes through the same ``CollectiveFailure`` → recovery → shrink in place
   as on gloo.
-* nccl's own watchdog is set explicitly to ``TORCH_NCCL_ASYNC_ERROR_HANDLING=2``
-  (clean up only: abort the communicators and raise in the waiting thread, keep the
-  process), so that even the watchdog's timeout ends in recovery, not in a killed worker.
+* After an abort torch has forgotten the group (``_abort_process_group`` unregisters every
+  group of the process): the next call into it raises whatever torch raises there — a
+  ``ValueError`` ("Default process group has not been initialized") from the agreement (DDP
+  still holds the aborted group: its hook refuses to call into it, ``HookWitness``). So the
+  watch records *which generation* it aborted, and a data-plane region of that generation ends in
+  ``CollectiveFailure`` whatever came out of it (or nothing: on nccl the host sync that the
+  kernel held returns once the communicator is aborted, with whatever the buffers held). The
+  rank then drops the aborted group without a collective destroy and forms the next
+  generation's group afresh.
+* nccl's own watchdog is left out of it: ``TORCH_NCCL_ASYNC_ERROR_HANDLING=0``
+  (``configure_nccl_error_mode``), as torch documents for ``_abort_process_group``. The watch
+  owns both ways a region ends in an abort: the control plane's word and the data-plane
+  timeout.
 
 gloo cannot abort a collective in flight (measured with torch 2.13: ``_abort_process_group``
 returns, the allreduce stays blocked until the peer's socket closes or gloo's timeout). So every
 data-plane wait of the rank waits on a future the watch can fail (``abandon.py``): when the watch
-fires, the waits in flight raise ``CollectiveFailure`` on gloo as on nccl. To test nccl's semantics on CPU,
+fires, the waits in flight raise ``CollectiveFailure`` on gloo as on nccl. The abort itself is
+the same call on both backends: it takes the group away, so every later call into it fails at
+once, and CPU tests go through the very path a GPU rank takes. To test nccl's semantics on CPU,
 ``MALLEABLE_SIMULATE_NCCL_HANG=1`` in a rank's environment makes a failed collective *hang*
 in the survivor, as nccl's would, until the watch aborts it: the survivors must then be freed
 by the control plane within its timeout, and the job must still shrink in place.
@@ -44,9 +56,18 @@ import torch.distributed as dist
 from elastic_tasks.rank.health.abandon import DataPlaneWaits
 from elastic_tasks.rank.health.collective import CollectiveFailure
 
-# nccl's watchdog on a timed-out collective: 2 = abort the communicators and raise in the
-# waiting thread ("clean up only"), where torch's default (1) tears the process down.
-NCCL_ERROR_ENV = ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2")
+# nccl's watchdog on a failed or timed-out collective. torch 2.13 documents (docs:
+# torch_nccl_environment_variables; ProcessGroupNCCL.hpp, ErrorHandlingMode): 0 no handling,
+# 1 abort the communicators and tear the process down, 2 abort the communicators only ("clean up
+# only"), 3 tear down without aborting — the default. Teardown (1, 3) kills the Dask worker, so
+# the survivor never reaches recovery. And ``_abort_process_group``'s docstring: "this API
+# should be used with TORCH_NCCL_ASYNC_ERROR_HANDLING turned off (i.e. set to 0). Otherwise,
+# ProcessGroupNCCL's watchdog may automatically handle errors or timeouts for you including
+# aborting the ProcessGroup" (torch's own abort test, test_close_pg, sets 0 for that reason).
+# So 0: the HangWatch is the only one that aborts, on the control plane's word or once a
+# data-plane region outlives data_timeout_s (the group's own timeout, which the watchdog then
+# only reports) — every data-plane call runs inside such a region.
+NCCL_ERROR_ENV = ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0")
 # Fault injection (tests, the CPU half of gpu_validation): a failed collective hangs like nccl's.
 SIMULATE_HANG_ENV = "MALLEABLE_SIMULATE_NCCL_HANG"
 # How often the watch looks at the region in progress: the detection delay it adds.
@@ -61,8 +82,9 @@ ASK_EVERY_S = 1.0
 
 
 def configure_nccl_error_mode(backend: str) -> None:
-    """Before an nccl group exists: the watchdog aborts and raises instead of killing the
-    process. A value the operator set is kept (documented in docs/elastic.md)."""
+    """Before an nccl group exists (ProcessGroupNCCL reads the variable when it is built): the
+    watchdog neither aborts nor kills the process; the HangWatch aborts. A value the operator
+    set is kept (documented in docs/elastic.md)."""
     if backend == "nccl":
         os.environ.setdefault(*NCCL_ERROR_ENV)
 
@@ -72,7 +94,8 @@ def simulate_hang_requested() -> bool:
 
 
 def abort_communicators() -> None:
-    """Abort this process's default group locally (nccl: ``ncclCommAbort``); never collective."""
+    """Abort every group of this process locally (nccl: ``ncclCommAbort``) and unregister them;
+    never collective, so it cannot wait on a dead peer."""
     if dist.is_initialized():
         with contextlib.suppress(Exception):
             dist.distributed_c10d._abort_process_group()
@@ -82,8 +105,7 @@ class HangWatch:
     """Frees a rank from a data-plane collective that will never complete.
 
     ``lost_generation`` is the control plane's answer to "which generation lost a member"
-    (``JobBoard.aborted_generation``); ``abort`` what aborting does (the communicators; only
-    where the backend can abort a collective in flight, i.e. nccl).
+    (``JobBoard.aborted_generation``); ``abort`` what aborting does (``abort_communicators``).
     """
 
     def __init__(
@@ -101,6 +123,7 @@ class HangWatch:
         self.poll_s = poll_s
         self.reason = ""
         self.aborts: list[tuple[int, str, float]] = []  # (generation, why, seconds into the region)
+        self._aborted_versions: set[int] = set()  # generations whose group this watch aborted
         self._abort = abort
         self._aborted = threading.Event()
         self._lock = threading.Lock()  # the region and the abort: a group is never aborted after it was dropped
@@ -115,9 +138,20 @@ class HangWatch:
     def stop(self) -> None:
         self._stop.set()
 
+    def aborted(self, version: int) -> bool:
+        """Whether this watch aborted generation ``version``'s group: then nothing may touch it
+        again (no collective destroy), and the next generation forms afresh.
+
+        Without the lock: DDP's hook asks, and ``_fire`` completes futures (whose callbacks may
+        ask) while it holds the lock; a set's membership is read atomically."""
+        return version in self._aborted_versions
+
     @contextlib.contextmanager
     def data_plane(self, version: int, what: str) -> Iterator[None]:
-        """Around data-plane collectives of generation ``version``."""
+        """Around data-plane collectives of generation ``version``.
+
+        Once the watch aborted this generation's group, the region ends in ``CollectiveFailure``
+        whatever it raised, or if it raised nothing (see the module docstring)."""
         with self._lock:
             self._aborted.clear()
             self.reason = ""
@@ -130,12 +164,23 @@ class HangWatch:
                 # nccl's survivors would sit in the collective; so do we, until aborted (the
                 # watch bounds it by the data-plane timeout even without the control plane).
                 self._aborted.wait(self.data_timeout_s + self.poll_s * 5)
-            if self._aborted.is_set():
+            if self._leave(version):
                 raise CollectiveFailure(f"{exc}; communicator aborted: {self.reason}") from exc
             raise
+        except Exception as exc:
+            if self._leave(version):  # the aborted group's own error, whichever call met it first
+                raise CollectiveFailure(f"{what}: {type(exc).__name__}: {exc}; communicator aborted: {self.reason}") from exc
+            raise
         finally:
-            with self._lock:
-                self._region = None
+            self._leave(version)
+        if self.aborted(version):
+            raise CollectiveFailure(f"{what}: communicator aborted: {self.reason}")
+
+    def _leave(self, version: int) -> bool:
+        """End the region; whether its generation was aborted (once the region is gone, it cannot be)."""
+        with self._lock:
+            self._region = None
+            return version in self._aborted_versions
 
     def _run(self) -> None:
         last_asked = 0.0
@@ -163,6 +208,7 @@ class HangWatch:
                 return
             self.reason = reason
             self.aborts.append((region[0], reason, time.monotonic() - region[1]))
+            self._aborted_versions.add(region[0])
             self._aborted.set()
             self.waits.abandon(region[0], reason)
             self._abort()
