@@ -162,7 +162,8 @@ def test_cluster_run_through_a_live_service_fails_on_a_failed_job_and_is_compara
     assert ok.data.metrics["makespan_s"] == pytest.approx(makespan, abs=1e-3)
     assert ok.data.metrics["jobs_completed"] == 2 and 0 < ok.data.metrics["gpu_utilisation"] <= 1
     assert ok.data.metrics["avg_jct_s"] == pytest.approx(sum(r.finished_at - r.submitted_at for r in rows.values()) / 2, abs=1e-3)
-    assert ok.data.params["capacity"] == "2"
+    history = {r.name: [(round(a.time - r.submitted_at, 2), a.gpus, a.kind) for a in store.allocations(r.id)] + [("end", round(r.finished_at - r.submitted_at, 2))] for r in rows.values()}
+    assert ok.data.params["capacity"] == "2", (history, service.output()[-3000:])
 
     look = dict(env, MALLEABLE_STATE_DIR=str(state), MALLEABLE_EXPERIMENT="team")
     cli = [sys.executable, "-m", "flows.commands.cli", "compare"]

@@ -60,6 +60,30 @@ def test_the_store_rebuilds_the_loops_report_of_the_run(store):
     assert metrics.gpu_utilisation == pytest.approx(17 / 22)
 
 
+def test_the_runs_size_is_the_services_when_known_and_the_rows_peak_when_not(store):
+    """Rows that overlap for a moment (b's start stamped before a's end was) never make the
+    service's 2 GPUs read as 3; an unknown size (0) is the rows' own peak."""
+    from flows.recording.service_run import loop_result_from_store
+
+    client = ServiceClient(store, submitter="cluster-flow:jobs.yaml")
+    a = client.submit(job_entry("a", samples=4000)).job_id
+    b = client.submit(job_entry("b", samples=2000)).job_id
+    store.update_job(a, submitted_at=100.0)
+    store.update_job(b, submitted_at=100.0)
+    store.set_state(a, JobState.RUNNING, started_at=101.0)
+    store.set_state(b, JobState.RUNNING, started_at=101.0)
+    store.record_allocations([AllocationRow(a, 101.0, 2, 64, "start"), AllocationRow(b, 110.0, 1, 32, "start")])
+    store.set_state(a, JobState.FINISHED, finished_at=111.0)
+    store.set_state(b, JobState.FINISHED, finished_at=120.0)
+    rows = store.jobs(ids=[a, b])
+    allocations = {r.id: store.allocations(r.id) for r in rows}
+    # Oracle by hand: a holds 2 from 1 to 11, b holds 1 from 10 to 20 → 3 in use from 10 to 11.
+    peak = max(2 * (1 <= t < 11) + 1 * (10 <= t < 20) for t in range(0, 21))
+    known, _, _ = loop_result_from_store(rows, allocations, capacity=2, settings=LoopSettings(interval_s=2.0))
+    unknown, _, _ = loop_result_from_store(rows, allocations, capacity=0, settings=LoopSettings(interval_s=2.0))
+    assert (known.capacity, unknown.capacity) == (2, peak) == (2, 3)
+
+
 def test_a_service_jobs_end_values_match_a_malleable_run_jobs(store):
     rows, allocations = _run(store)
     a, b = rows["a"], rows["b"]

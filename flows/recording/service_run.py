@@ -32,7 +32,12 @@ def loop_result_from_store(
 ) -> tuple[LoopResult, dict[str, JobSpec], float]:
     """(the run as the loop reports one, its jobs by name, the run's t = 0 as an epoch time).
 
-    ``allocations``: each job's allocation history by store id (``JobStore.allocations``)."""
+    ``allocations``: each job's allocation history by store id (``JobStore.allocations``).
+    ``capacity``: the service's GPU workers, when known (0: not known). It is the run's size even
+    where the rows briefly add up to more: a row is stamped when the loop records it, so a job's
+    end (stamped when the loop reaps it) or a shrink a lost rank forced (never a row) can read as
+    later than the moment its workers went to another job. Only an unknown size is read off the
+    rows' peak."""
     t0 = min(r.submitted_at for r in rows)
     specs = {r.name: dataclasses.replace(r.job_spec(), id=r.name, arrival_time=r.submitted_at - t0) for r in rows}
     schedule: list[ScheduleRow] = []
@@ -66,7 +71,7 @@ def loop_result_from_store(
     return (
         LoopResult(
             policy=policy,
-            capacity=max(capacity, _peak(schedule)),
+            capacity=capacity if capacity > 0 else _peak(schedule),
             settings=settings,
             end_time=max(0.0, end),
             schedule=tuple(schedule),
