@@ -25,3 +25,45 @@ def prefect_harness():
 
     with prefect_test_harness(server_startup_timeout=120):
         yield
+
+
+# -- the README's one command runs the suite in parallel --------------------------------------
+# Most of the suite waits (on subprocesses, Dask clusters, servers, sockets) rather than computes,
+# so a few test processes finish it in well under the serial time even on 2 cores.
+# `pytest` with no paths (the README's command, CI's) runs WORKERS processes, whole files each
+# (a file's tests share module fixtures and sometimes order); naming paths runs serially (quick to
+# start for one file); `-n N` or MALLEABLE_TEST_WORKERS=N (0: serial) choose.
+DEFAULT_WORKERS = 3
+
+
+def _is_xdist_worker(config: pytest.Config) -> bool:
+    # A worker re-runs this hook with the controller's options: adding workers there would spawn
+    # workers recursively (seen once: hundreds of processes).
+    return hasattr(config, "workerinput") or "PYTEST_XDIST_WORKER" in os.environ
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    if not config.pluginmanager.hasplugin("xdist") or _is_xdist_worker(config):
+        return
+    if config.option.numprocesses is not None or config.getoption("usepdb", False):
+        return  # the user chose
+    chosen = os.environ.get("MALLEABLE_TEST_WORKERS")
+    if chosen is None and config.args_source is not pytest.Config.ArgsSource.TESTPATHS:
+        return  # paths named: serial
+    try:
+        workers = DEFAULT_WORKERS if chosen is None else int(chosen)
+    except ValueError:
+        raise pytest.UsageError(f"MALLEABLE_TEST_WORKERS={chosen!r}: expected a whole number of test processes (0: serial)") from None
+    if workers > 0:
+        config.option.numprocesses = workers
+        if config.option.dist == "no":
+            config.option.dist = "loadfile"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In parallel, files of slow system tests go first: the run's tail is then short files
+    filling in beside the last long one, not one long file started last."""
+    if getattr(config.option, "numprocesses", None):
+        slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
+        items.sort(key=lambda item: item.path not in slow_files)  # stable: each file's order kept

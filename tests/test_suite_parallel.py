@@ -1,0 +1,53 @@
+"""The README's test command runs in parallel, and never more processes than asked for.
+
+Real pytest processes on a project made of this suite's conftest and a probe file: the chosen
+number of workers runs it, a worker never starts workers of its own (counted as the distinct
+worker ids the probe's tests saw), a named path runs serially, a bad worker count is one line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+CONFTEST = Path(__file__).with_name("conftest.py")
+
+PROBE = '''
+import os
+
+def test_a(): open(os.environ["SEEN"] + "/a-" + os.environ.get("PYTEST_XDIST_WORKER", "main"), "w").close()
+def test_b(): open(os.environ["SEEN"] + "/b-" + os.environ.get("PYTEST_XDIST_WORKER", "main"), "w").close()
+'''
+
+
+def _pytest(project: Path, *args: str, workers: str | None) -> tuple[subprocess.CompletedProcess, set[str]]:
+    seen = project.parent / f"seen-{workers}-{len(args)}"
+    seen.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "MALLEABLE_TEST_"))}
+    env["SEEN"] = str(seen)
+    if workers is not None:
+        env["MALLEABLE_TEST_WORKERS"] = workers
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=project, env=env, capture_output=True, text=True, timeout=300)
+    return done, {p.name.split("-", 1)[1] for p in seen.iterdir()}
+
+
+def test_workers_as_chosen_none_nested_and_named_paths_serial(tmp_path):
+    project = tmp_path / "project"
+    (project / "tests").mkdir(parents=True)
+    (project / "pytest.ini").write_text("[pytest]\ntestpaths = tests\n")
+    (project / "tests" / "conftest.py").write_text(CONFTEST.read_text())
+    (project / "tests" / "test_probe.py").write_text(PROBE)
+
+    default, ids = _pytest(project, workers=None)  # the README's form: no paths
+    assert default.returncode == 0 and "3 workers" in default.stdout, default.stdout[-2000:] + default.stderr[-2000:]
+    # Whole files per worker: both tests in one worker, and only the three workers exist at all.
+    assert len(ids) == 1 and ids <= {"gw0", "gw1", "gw2"}, ids
+    two, ids = _pytest(project, workers="2")
+    assert two.returncode == 0 and "2 workers" in two.stdout and len(ids) == 1 and ids <= {"gw0", "gw1"}, (two.stdout[-2000:], ids)
+    named, ids = _pytest(project, "tests/test_probe.py", workers=None)
+    assert named.returncode == 0 and "created:" not in named.stdout and ids == {"main"}, named.stdout[-2000:]
+    serial, ids = _pytest(project, workers="0")
+    assert serial.returncode == 0 and ids == {"main"}, serial.stdout[-2000:]
+    bad, _ = _pytest(project, workers="many")
+    assert bad.returncode != 0 and "MALLEABLE_TEST_WORKERS='many'" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr[-2000:]
