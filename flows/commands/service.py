@@ -168,20 +168,28 @@ def jobs(
         return
     from rich.live import Live
 
+    from flows.commands.shared.ctrl_c import CtrlC
+
     try:
-        if not console.is_terminal:
-            # A pipe or a file: a live display would print nothing until it ends; a table per interval.
-            while True:
-                console.print(f"{time.strftime('%Y-%m-%d %H:%M:%S')}", highlight=False, markup=False)
-                console.print(jobs_table(rows()))
-                console.file.flush()
-                time.sleep(interval)
-        with Live(jobs_table(rows()), console=console, refresh_per_second=2) as live:
-            while True:
-                time.sleep(interval)
-                live.update(jobs_table(rows()))
+        with CtrlC() as ctrl_c:
+            if not console.is_terminal:
+                # A pipe or a file: a live display would print nothing until it ends; a table per interval.
+                while not ctrl_c.stopped:
+                    table = jobs_table(rows())
+                    console.print(f"{time.strftime('%Y-%m-%d %H:%M:%S')}", highlight=False, markup=False)
+                    console.print(table)
+                    console.file.flush()
+                    ctrl_c.sleep(interval)
+                return
+            with Live(jobs_table(rows()), console=console, refresh_per_second=2) as live:
+                while not ctrl_c.stopped:
+                    ctrl_c.sleep(interval)
+                    if not ctrl_c.stopped:
+                        live.update(jobs_table(rows()))
     except KeyboardInterrupt:
-        pass
+        pass  # a second Ctrl-C during a step
+    except BrokenPipeError:
+        pass  # `| head`: the reader left
 
 
 def _usage(settings, store, fmt: str, gpus: int | None) -> None:
