@@ -15,10 +15,15 @@ from flows.commands.shared.tables import generations_table, jobs_table
 from flows.commands.shared.console import EXIT_FAILED, console, fail, print_raw
 
 
-def _read_store(settings):
-    """The store for a read-only command, or None when there is none yet (none is created)."""
+def _read_store(settings, job_id: str | None = None):
+    """The store for a read-only command, or None when there is none yet (none is created).
+    With no store configured and none made by a local service: one line, exit 2 (issue 35.4)."""
+    from flows.commands.shared.common import unconfigured_store_line
     from service.store import StoreMissingError
 
+    line = unconfigured_store_line(settings)
+    if line is not None:
+        fail(line if job_id is None else f"JOB_ID={job_id!r}: no such job: {line}")
     try:
         return store_or_fail(settings, create=False)
     except StoreMissingError:
@@ -236,7 +241,7 @@ def cancel(
     from service.store import NotOwnerError, StorePermissionError, UnknownJobError
 
     settings = settings_or_fail()
-    store = _read_store(settings)
+    store = _read_store(settings, job_ids[0])
     if store is None:
         fail(f"JOB_ID={job_ids[0]!r}: no such job (no job store yet at {_where(settings)})")
     # Every id checked before any is cancelled: `cancel ID nope` cancels nothing.
@@ -280,7 +285,7 @@ def wait(
     if timeout is not None and not (0 < timeout < float("inf")):
         fail(f"--timeout={timeout!r}: must be a finite number of seconds > 0")
     settings = settings_or_fail()
-    store = _read_store(settings)
+    store = _read_store(settings, job_ids[0])
     if store is None:
         fail(f"JOB_ID={job_ids[0]!r}: no such job (no job store yet at {_where(settings)})")
     client = ServiceClient(store)
