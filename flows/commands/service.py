@@ -43,7 +43,7 @@ def serve(
     from flows.config.kube import kube_spec
     from service.store.lease import LeaseHeldError
     from service.runner import Service, ServiceConfig
-    from service.store import StoreError
+    from service.store import StoreError, StorePermissionError, StoreSettingError
 
     settings = settings_or_fail(workers=workers, policy=policy, interval_s=interval, react=react, teams=teams)
     if settings.policy.startswith("idle_nodes"):
@@ -107,10 +107,12 @@ def serve(
                 service.run(client, cluster_owned=settings.cluster.value != "address")
     except LeaseHeldError as exc:
         fail(str(exc), code=EXIT_FAILED)
+    except (StorePermissionError, StoreSettingError) as exc:  # the role or the store is wrong for serving: a setting
+        fail(str(exc))
     except StoreError as exc:
         fail(str(exc), code=EXIT_FAILED)
     finally:
-        if service is not None:
+        if service is not None and service.acquired:
             service.lease.release()  # also when the cluster never came up
         latch.settle()
     say("stopped")
