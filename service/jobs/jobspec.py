@@ -14,7 +14,7 @@ import re
 from allocator.specs import job_from_dict, spec_to_dict
 from allocator.types import JobSpec
 from elastic_tasks.workloads import resolve_workload
-from service.jobs.limits import MAX_SAMPLES, MAX_TEXT, check_limits, shown_value
+from service.jobs.limits import MAX_SAMPLES, MAX_TEXT, check_limits, quoted, shown_value
 
 __all__ = ["MAX_SAMPLES", "check_samples", "check_submission", "check_workload", "spec_from_entry"]
 
@@ -24,12 +24,12 @@ _ENTRY = re.compile(r"^[A-Za-z_][\w.]*(:[A-Za-z_]\w*)?$")
 def check_workload(workload: object, where: str = "ENTRYPOINT") -> None:
     """ValueError naming ``where`` unless ``workload`` reads as an entry point or an example name."""
     if not isinstance(workload, str) or len(workload) > MAX_TEXT or not _ENTRY.match(workload):
-        raise ValueError(f"{where}={shown_value(workload)!r}: not an entry point ('package.module:function') nor an example name")
+        raise ValueError(f"{where}={quoted(workload)}: not an entry point ('package.module:function') nor an example name")
 
 
 def check_samples(spec: JobSpec) -> None:
     if not 1 <= spec.total_samples <= MAX_SAMPLES:
-        raise ValueError(f"job {shown_value(spec.id)!r}.samples={spec.total_samples}: must be in [1, {MAX_SAMPLES:.0e}] (a sane maximum; the store holds integers up to 2^63-1)")
+        raise ValueError(f"job {quoted(spec.id)}.samples={spec.total_samples}: must be in [1, {MAX_SAMPLES:.0e}] (a sane maximum; the store holds integers up to 2^63-1)")
 
 
 def check_submission(spec: JobSpec) -> JobSpec:
@@ -39,7 +39,7 @@ def check_submission(spec: JobSpec) -> JobSpec:
     or a built-in example: a profile's name is not one). ``spec`` itself, or ValueError naming the field."""
     check_samples(spec)
     check_limits(spec)
-    where = f"job {shown_value(spec.id)!r}.workload"
+    where = f"job {quoted(spec.id)}.workload"
     check_workload(spec.workload, where)
     resolve_workload(spec.workload, shown_value(spec.id))
     return spec

@@ -56,7 +56,7 @@ class JobFieldError(ValueError):
 
     def __init__(self, job_id: str, field: str, value: object, why: str) -> None:
         self.job_id, self.field, self.value, self.why = job_id, field, value, why
-        super().__init__(f"job {_quoted(job_id)}.{field}={_quoted(value)}: {why}")
+        super().__init__(f"job {quoted(job_id)}.{field}={quoted(value)}: {why}")
 
 
 def shown_value(value: object, limit: int = 60) -> object:
@@ -67,7 +67,7 @@ def shown_value(value: object, limit: int = 60) -> object:
     return safe if len(safe) <= limit else f"{safe[: limit - 1]}… ({len(value):,} characters)"
 
 
-def _quoted(value: object) -> str:
+def quoted(value: object) -> str:
     return f"'{shown_value(value)}'" if isinstance(value, str) else repr(value)
 
 
@@ -101,9 +101,9 @@ def check_name(name: str | None, where: str = "--name") -> str | None:
     if name is None:
         return None
     if not 1 <= len(name) <= MAX_TEXT:
-        raise ValueError(f"{where}={shown_value(name, 40)!r}: must be 1 to {MAX_TEXT} characters (it has {len(name):,})")
+        raise ValueError(f"{where}={quoted(shown_value(name, 40))}: must be 1 to {MAX_TEXT} characters (it has {len(name):,})")
     if any(not c.isprintable() for c in name):
-        raise ValueError(f"{where}={shown_value(name, 40)!r}: holds control characters (newlines, escapes); use printable text")
+        raise ValueError(f"{where}={quoted(shown_value(name, 40))}: holds control characters (newlines, escapes); use printable text")
     return name
 
 
@@ -115,7 +115,7 @@ def placement_problem(spec: JobSpec, service_gpus: int | None) -> str | None:
     need, field = (spec.min_gpus, "min_gpus") if spec.elastic else (spec.requested_gpus, "gpus")
     if need > service_gpus:
         return (
-            f"job {_quoted(spec.id)}.{field}={need}: needs {need} GPUs at its smallest, and the service on this store "
+            f"job {quoted(spec.id)}.{field}={need}: needs {need} GPUs at its smallest, and the service on this store "
             f"has {service_gpus}: it could never start (lower {field}, or run it where there are {need} GPUs)"
         )
     return None
