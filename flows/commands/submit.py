@@ -85,18 +85,24 @@ def _work(samples: int | None, epochs: float | None, dataset_samples: int | None
     return max(1, round(total))
 
 
-def _placeable_or_fail(store, specs, where: str) -> None:
-    """Refuse (one line, nothing written) a job the running service could never place: it needs
-    more GPUs at its smallest than the service's cluster has. No running service: not checked."""
+def _placement_problems(store, specs) -> list[str]:
+    """Why the running service could never place each job that it could not (it needs more GPUs
+    at its smallest than the service's cluster has). No running service: nothing is checked."""
     from flows.commands.service import _live_gpus
     from service.jobs.limits import placement_problem
 
     gpus, _ = _live_gpus(store)
-    for spec in specs:
-        why = placement_problem(spec, gpus)
-        if why is not None:
-            store.close()
-            fail(f"{where}{why} (--no-placement-check to queue it for a cluster that will grow)")
+    problems = [placement_problem(spec, gpus) for spec in specs]
+    return [f"{why} (--no-placement-check to queue it for a cluster that will grow)" for why in problems if why is not None]
+
+
+def _fail_each(lines: list[str]) -> None:
+    """Every refused job on its own line (stderr), exit 2: a jobs file's problems all at once."""
+    if not lines:
+        return
+    for line in lines[:-1]:
+        err_console.print(f"error: {line}", highlight=False, markup=False, soft_wrap=True)
+    fail(lines[-1])
 
 
 def _submit_file(file: Path, key: str | None, settings, placement_check: bool) -> None:
@@ -107,10 +113,15 @@ def _submit_file(file: Path, key: str | None, settings, placement_check: bool) -
 
     try:
         specs = load_jobs_file(file).jobs
-        for spec in specs:  # the one validator of flags, files, the client and the service
-            check_submission(spec)
     except ValueError as exc:
         fail(f"{file}: {exc}" if str(file) not in str(exc) else str(exc))
+    refused = []
+    for spec in specs:  # the one validator of flags, files, the client and the service; every job's problem, one line each
+        try:
+            check_submission(spec)
+        except ValueError as exc:
+            refused.append(f"{file}: {exc}")
+    _fail_each(refused)
     from service.jobs.entrypoints import not_allowed, parse_patterns
 
     for spec in specs:
@@ -119,7 +130,10 @@ def _submit_file(file: Path, key: str | None, settings, placement_check: bool) -
             fail(f"{file}: job {spec.id!r}.workload={spec.workload!r}: {why}")
     store = configured_store_or_fail(settings)
     if placement_check:
-        _placeable_or_fail(store, specs, f"{file}: ")
+        problems = _placement_problems(store, specs)
+        if problems:
+            store.close()
+            _fail_each([f"{file}: {why}" for why in problems])
     client = ServiceClient(store)
     try:
         done = client.submit_specs(specs, key_prefix=key)
@@ -153,6 +167,8 @@ def submit(
         fail("give an ENTRYPOINT or --file JOBS, not both and not neither")
     if key is not None and not 1 <= len(key) <= 200:
         fail(f"--key={key[:40]!r}: must be 1 to 200 characters")
+    if key is not None and any(not c.isprintable() for c in key):
+        fail(f"--key={key[:40]!r}: holds control characters (newlines, escapes); use printable text")
     if file is not None:
         # By the source's name: typer vendors its own click, whose enum is not click's.
         given = [n for n in _JOB_FLAGS if getattr(ctx.get_parameter_source(n), "name", None) == "COMMANDLINE"]
@@ -195,7 +211,10 @@ def submit(
         fail(str(exc))
     store = configured_store_or_fail(settings)  # only now: a rejected job leaves no store behind
     if placement_check:
-        _placeable_or_fail(store, [spec], "")
+        problems = _placement_problems(store, [spec])
+        if problems:
+            store.close()
+            fail(problems[0])
     try:
         submitted = ServiceClient(store).submit_spec(spec, name=name, idempotency_key=key)
     except (ValueError, IdempotencyConflict, StorePermissionError) as exc:

@@ -58,16 +58,18 @@ def make_engine(url: str, *, create: bool = True) -> Engine:
                 raise StoreSettingError(f"job store URL {redact(url)!r}: {what}")
             if not create and not path.exists():
                 raise StoreMissingError(f"job store {redact(url)!r} does not exist yet (nothing was submitted to it)")
+        try:  # before any directory is made: a refused URL leaves nothing behind
+            engine = create_engine(parsed, connect_args={"timeout": 30})
+        except (ValueError, TypeError) as exc:  # e.g. ?timeout=abc: the dialect converts URL arguments here
+            raise StoreSettingError(f"job store URL {redact(url)!r}: an argument of the URL is refused ({type(exc).__name__}: {exc}); fix its query string") from None
+        if parsed.database and parsed.database != ":memory:":
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 if not os.access(path.parent, os.W_OK):
                     raise PermissionError(13, "Permission denied")
             except OSError as exc:
+                engine.dispose()
                 raise StoreSettingError(f"job store URL {redact(url)!r}: cannot make the store file there ({exc.strerror or type(exc).__name__})") from None
-        try:
-            engine = create_engine(parsed, connect_args={"timeout": 30})
-        except (ValueError, TypeError) as exc:  # e.g. ?timeout=abc: the dialect converts URL arguments here
-            raise StoreSettingError(f"job store URL {redact(url)!r}: an argument of the URL is refused ({type(exc).__name__}: {exc}); fix its query string") from None
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     try:
