@@ -19,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from tests.hostile_cases import hostile_cases, hostile_inputs
 from tests.service_bad_cases import service_cases, service_inputs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,6 +42,7 @@ class BadInput:
     env: tuple[tuple[str, str], ...] = ()
     cwd: str = "."  # relative to the inputs directory
     code: int = 2
+    absent: tuple[str, ...] = ()  # texts the line must not hold (a password, a raw escape)
 
 
 def _jobs(**change: object) -> dict:
@@ -94,6 +96,7 @@ def make_inputs(root: Path) -> None:
         "hpo_raising_ep.yaml": _hpo(entrypoint="i17_import_raises:f"),
     }
     files.update(service_inputs(root, _jobs))
+    files.update(hostile_inputs(root, _jobs))
     for name, data in files.items():
         (root / name).write_text(yaml.safe_dump(data))
     for name, text in USER_MODULES.items():
@@ -102,9 +105,9 @@ def make_inputs(root: Path) -> None:
     (root / "envdir" / ".env").write_bytes(binary)
 
 
-def _c(id: str, args: str | list[str], *needles: str, env: dict[str, str] | None = None, cwd: str = ".", code: int = 2) -> BadInput:
+def _c(id: str, args: str | list[str], *needles: str, env: dict[str, str] | None = None, cwd: str = ".", code: int = 2, absent: tuple[str, ...] = ()) -> BadInput:
     argv = tuple(args.split()) if isinstance(args, str) else tuple(args)
-    return BadInput(id, argv, needles, tuple((env or {}).items()), cwd, code)
+    return BadInput(id, argv, needles, tuple((env or {}).items()), cwd, code, tuple(absent))
 
 
 MLP = "elastic_tasks.examples:mlp_tiny"
@@ -186,6 +189,8 @@ CASES: tuple[BadInput, ...] = (
 
 # The service's commands (issue 28): their own module, the same judge.
 CASES = CASES + service_cases(_c, MLP, JOBS)
+# Hostile input at every edge of the service (issue 37): secrets, URL arguments, damaged stores, non-files, sizes, settings, escapes.
+CASES = CASES + hostile_cases(_c, MLP)
 
 
 @dataclass(frozen=True)
@@ -203,6 +208,7 @@ class Outcome:
             self.exit_code == self.case.code
             and len(self.lines) == 1
             and all(n.lower() in self.lines[0].lower() for n in self.case.needles)
+            and not any(a in "\n".join(self.lines) for a in self.case.absent)
             and not self.traceback
             and not self.written
         )

@@ -28,6 +28,8 @@ def test_bad_input_is_one_clean_line(case, inputs):
     assert len(outcome.lines) == 1, describe(outcome)
     for needle in case.needles:
         assert needle.lower() in outcome.lines[0].lower(), describe(outcome)
+    for secret in case.absent:
+        assert secret not in "\n".join(outcome.lines), describe(outcome)
     assert not outcome.traceback, describe(outcome)
     assert outcome.written == (), describe(outcome)
 

@@ -52,9 +52,12 @@ def serve(
     from flows.config.teams_file import load_teams_file
     from service.jobs.entrypoints import parse_patterns
 
+    try:  # the teams file before the store: a refused input leaves no store behind
+        table = None if settings.teams is None else load_teams_file(settings.teams)
+    except ValueError as exc:
+        fail(str(exc))
     store_or_fail(settings).close()  # a bad store URL (or :memory:) is one line, exit 2, before any cluster
     try:
-        table = None if settings.teams is None else load_teams_file(settings.teams)
         config = ServiceConfig(
             store_url=settings.resolved_job_store,
             checkpoint_root=settings.checkpoint_location("service"),
