@@ -59,7 +59,7 @@ def hostile_inputs(root: Path, jobs: Callable[..., dict]) -> dict[str, dict]:
         "j_longid.yaml": jobs(jobs__0__id="i" * 300, jobs__0__workload="mlp_tiny"),
         "j_hugeid.yaml": jobs(jobs__0__id="h" * 100_000, jobs__0__workload="mlp_tiny"),
         "j_escid.yaml": jobs(jobs__0__id=f"a{ESC}b", jobs__0__workload="mlp_tiny"),
-        "j_longwl.yaml": jobs(jobs__0__workload="m" * 300 + ":f"),
+        "j_longwl.yaml": jobs(jobs__0__workload="m" * 10_000 + ":f"),
         "j_maxgpus.yaml": jobs(jobs__0__max_gpus=BIG, jobs__0__workload="mlp_tiny"),
         "j_priority.yaml": jobs(jobs__0__priority=2**70, jobs__0__workload="mlp_tiny"),
         "j_seed64.yaml": jobs(jobs__0__seed=2**64, jobs__0__workload="mlp_tiny"),
@@ -119,7 +119,7 @@ def hostile_cases(c: Callable[..., object], mlp: str) -> tuple:
     cases.append(c("size-file-id-300", "submit --file j_longid.yaml", "j_longid.yaml", ".id=", "255", env=store))
     cases.append(c("size-file-id-100k", "submit --file j_hugeid.yaml", "j_hugeid.yaml", "100,000 characters", "255", env=store))
     cases.append(c("size-file-id-escape", "submit --file j_escid.yaml", "j_escid.yaml", "control characters", env=store, absent=("\x1b",)))
-    cases.append(c("size-file-workload-300", "submit --file j_longwl.yaml", "j_longwl.yaml", "workload=", env=store))
+    cases.append(c("size-file-workload-10k", "submit --file j_longwl.yaml", "j_longwl.yaml", "workload=", env=store))
     cases.append(c("size-file-max-gpus", "submit --file j_maxgpus.yaml", "max_gpus=9223372036854775808", env=store))
     cases.append(c("size-file-priority", "submit --file j_priority.yaml", "priority=1180591620717411303424", env=store))
     cases.append(c("size-file-seed", "submit --file j_seed64.yaml", "seed=18446744073709551616", env=store))

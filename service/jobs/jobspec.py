@@ -14,7 +14,7 @@ import re
 from allocator.specs import job_from_dict, spec_to_dict
 from allocator.types import JobSpec
 from elastic_tasks.workloads import resolve_workload
-from service.jobs.limits import MAX_SAMPLES, MAX_TEXT, check_limits, quoted, shown_value
+from service.jobs.limits import MAX_SAMPLES, MAX_WORKLOAD, check_limits, quoted, shown_value
 
 __all__ = ["MAX_SAMPLES", "check_samples", "check_submission", "check_workload", "spec_from_entry"]
 
@@ -23,7 +23,7 @@ _ENTRY = re.compile(r"^[A-Za-z_][\w.]*(:[A-Za-z_]\w*)?$")
 
 def check_workload(workload: object, where: str = "ENTRYPOINT") -> None:
     """ValueError naming ``where`` unless ``workload`` reads as an entry point or an example name."""
-    if not isinstance(workload, str) or len(workload) > MAX_TEXT or not _ENTRY.match(workload):
+    if not isinstance(workload, str) or len(workload) > MAX_WORKLOAD or not _ENTRY.match(workload):
         raise ValueError(f"{where}={quoted(workload)}: not an entry point ('package.module:function') nor an example name")
 
 

@@ -17,6 +17,9 @@ from allocator.types import JobSpec
 
 # The store's String(255) columns (name, submitter, idempotency key).
 MAX_TEXT = 255
+# A workload lives in the spec's JSON (a Text column), and an HPO trial's entry point carries its
+# parameters (~400 characters): bounded, but not by a varchar.
+MAX_WORKLOAD = 8192
 # A sane maximum for one job's work (10^15 samples: years on any cluster); inside int64.
 MAX_SAMPLES = 10**15
 # More GPUs than any one job could be given (the largest clusters hold ~10^5); inside int64.
@@ -36,7 +39,7 @@ class _Limits(BaseModel):
     model_config = ConfigDict(strict=True, frozen=True)
 
     id: str = Field(min_length=1, max_length=MAX_TEXT)
-    workload: str = Field(min_length=1, max_length=MAX_TEXT)
+    workload: str = Field(min_length=1, max_length=MAX_WORKLOAD)
     total_samples: int = Field(ge=1, le=MAX_SAMPLES)
     min_gpus: int = Field(ge=1, le=MAX_GPUS)
     max_gpus: int = Field(ge=1, le=MAX_GPUS)
