@@ -128,6 +128,7 @@ def hostile_cases(c: Callable[..., object], mlp: str) -> tuple:
     cases.append(c("size-flag-priority", f"submit {mlp} --samples 100 --priority {2**70}", f"--priority={2**70}", env=store))
     cases.append(c("size-flag-name-100k", ["submit", mlp, "--samples", "100", "--name", "n" * 100_000], "--name=", "100,000", env=store))
     cases.append(c("size-flag-name-escape", ["submit", mlp, "--samples", "100", "--name", f"x{ESC}y"], "--name=", "control characters", env=store, absent=("\x1b",)))
+    cases.append(c("size-flag-jobs-usage-gpus", f"jobs --usage --gpus {BIG}", f"--gpus={BIG}", env=store))
     cases.append(c("size-flag-key-newline", ["submit", mlp, "--samples", "100", "--key", "k\nforged"], "--key=", "control characters", env=store))
     # 6. numeric settings: finite and bounded
     for var, value, args in (

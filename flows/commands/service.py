@@ -140,8 +140,8 @@ def jobs(
         fail(f"--format={fmt!r}: must be table or json")
     if not (interval > 0 and interval != float("inf")):
         fail(f"--interval={interval!r}: must be a number of seconds > 0")
-    if gpus is not None and gpus < 1:
-        fail(f"--gpus={gpus}: must be a positive integer")
+    if gpus is not None and not 1 <= gpus <= 2**20:  # the same bound as a job's GPUs (service.jobs.limits.MAX_GPUS)
+        fail(f"--gpus={gpus}: must be a positive integer, at most {2**20:,}")
     settings = settings_or_fail(teams=teams)
     store = _read_store(settings)
     if usage:
