@@ -7,10 +7,13 @@ last line. Append a probe to ``PROBES`` to add a kind of fault.
 Figures (so far):
   bad_inputs_tried        bad inputs over every command (tests/bad_input_cases.py), in-process
   bad_inputs_clean        of those: the asked exit code, one line naming the field and value,
-                          no traceback, nothing written
+                          no traceback, nothing written (no store created), none of the case's
+                          absent texts (a password, a raw escape), within the case's time limit
+  hostile_inputs_tried    of the bad inputs: issue 37's classes (tests/hostile_cases.py)
+  hostile_inputs_clean    of those: clean
   faults_injected         damaged local state and unreachable services injected
   faults_survived         of those: named in one line (or journaled and replayed), no traceback
-  hangs                   probes that ran past their time limit
+  hangs                   probes and bad-input cases that ran past their time limit
   seconds_to_fail_compare_unreachable   `malleable compare` against a port nobody listens on
   seconds_to_exit_after_job_failure     `malleable run` of a failing and a good job: from the bad
                           job's first failing step to the command's exit (the good one finishes)
@@ -40,7 +43,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.bad_input_cases import CASES, describe, make_inputs, run_case  # noqa: E402
+from tests.bad_input_cases import CASES, MLP, _c, describe, make_inputs, run_case  # noqa: E402
+from tests.hostile_cases import hostile_cases  # noqa: E402
 from tests.recipe_sources import failing_forward_recipe  # noqa: E402
 
 Figures = dict[str, float]
@@ -50,13 +54,19 @@ TIME_LIMIT_S = 120.0
 def bad_inputs(work: Path) -> Figures:
     root = work / "bad-inputs"
     make_inputs(root)
-    clean = 0
+    hostile_ids = {case.id for case in hostile_cases(_c, MLP)}
+    clean = hangs = hostile_clean = 0
     for case in CASES:
-        outcome = run_case(case, root)
+        outcome = run_case(case, root)  # each under tests.bad_input_cases.CASE_LIMIT_S
         clean += outcome.clean
+        hostile_clean += outcome.clean and case.id in hostile_ids
+        hangs += outcome.hung
         if not outcome.clean:
             print("not clean:", describe(outcome))
-    return {"bad_inputs_tried": len(CASES), "bad_inputs_clean": clean}
+    return {
+        "bad_inputs_tried": len(CASES), "bad_inputs_clean": clean,
+        "hostile_inputs_tried": len(hostile_ids), "hostile_inputs_clean": hostile_clean, "hangs": hangs,
+    }  # fmt: skip
 
 
 def _cli(args: list[str], cwd: Path, **env: str) -> tuple[int, list[str], bool, float]:

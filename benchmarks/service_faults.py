@@ -1,5 +1,5 @@
 """The service's faults for benchmarks/faults_bench.py (issue 28): signals to `malleable serve`,
-hostile names, a read-only database role. (The service's bad inputs are in
+hostile names (refused at submit), a read-only database role. (The service's bad inputs are in
 tests/service_bad_cases.py and counted by faults_bench's ``bad_inputs`` probe.)
 
 Figures: faults_injected / faults_survived / hangs (added up with the other probes), and
@@ -96,14 +96,19 @@ def service_faults(work: Path) -> dict[str, float]:
             print(f"service signal {name} not clean: rc={rc}", out[-600:])
         if name == "double-sigterm":
             figures["seconds_to_exit_after_double_sigterm"] = round(seconds, 2)
-    # A hostile name: stored as given, shown escaped.
+    # A hostile name: refused at submit (one line, escaped), nothing stored; the listing shows nothing raw.
     hostile = "\x1b[31mRED\x1b[0m\x1b]0;pwned\x07\nforged"
     injected += 1
-    rc1, _ = _cli(work, "submit", "elastic_tasks.examples:mlp_tiny", "--samples", "100", "--name", hostile)
-    rc2, shown = _cli(work, "jobs")
-    ok = rc1 == 0 and rc2 == 0 and "\x1b" not in shown and "\x07" not in shown and "\\x1b[31mRED" in shown
+    store = f"sqlite:///{work / 'hostile' / 'jobs.db'}"
+    rc1, refused = _cli(work, "submit", "elastic_tasks.examples:mlp_tiny", "--samples", "100", "--name", hostile, MALLEABLE_JOB_STORE=store)
+    rc2, shown = _cli(work, "submit", "elastic_tasks.examples:mlp_tiny", "--samples", "100", "--name", "plain", MALLEABLE_JOB_STORE=store)
+    rc3, listed = _cli(work, "jobs", MALLEABLE_JOB_STORE=store)
+    raw = any(c in refused + listed for c in "\x1b\x07")
+    ok = rc1 == 2 and len([x for x in refused.splitlines() if x.strip()]) == 1 and "control characters" in refused and rc2 == rc3 == 0 and not raw and "plain" in listed
     survived += ok
-    hangs += -1 in (rc1, rc2)
+    hangs += -1 in (rc1, rc2, rc3)
+    if not ok:
+        print("hostile name not clean:", rc1, rc2, rc3, refused[-300:], listed[-300:])
     # A read-only PostgreSQL role submitting and cancelling: one line naming the role, exit 2.
     pg = _read_only_role()
     if pg is not None:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from allocator.types import JobSpec
 from service.jobs.jobspec import spec_from_entry
+from service.jobs.limits import check_name
 from service.jobs.priors import with_profile
 from service.store.records import JobRow, JobState, Submission, Submitted
 from service.store import JobStore, not_owner, submitter_identity
@@ -63,6 +64,7 @@ class ServiceClient:
 
     def submit_spec(self, spec: JobSpec, *, name: str | None = None, idempotency_key: str | None = None, mlflow_parent_run_id: str | None = None) -> Submitted:
         """One JobSpec, parsed and checked where it entered; ``mlflow_parent_run_id`` nests the job's MLflow run under that run."""
+        check_name(name, "name")
         return self.store.submit(Submission(name or spec.id, spec, self.submitter, idempotency_key, mlflow_parent_run_id))
 
     def job(self, job_id: str) -> JobRow:

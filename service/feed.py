@@ -17,6 +17,7 @@ from allocator.fairness.teams import TeamTable
 from allocator.loop.sources import Arrivals
 from allocator.types import JobSpec
 from service.jobs.entrypoints import entry_module, not_allowed, not_importable
+from service.jobs.jobspec import check_submission
 from service.store.listen import Listener
 from service.store.records import JobRow, JobState
 from service.store import JobStore, submitter_identity
@@ -97,7 +98,8 @@ class StoreFeed:
                 self.store.set_state(row.id, JobState.FAILED, only_from=(JobState.QUEUED, JobState.SUSPENDED), error=f"entry point refused: {why}")
                 continue
             try:
-                spec = dataclasses.replace(row.job_spec(), arrival_time=now, submitter=row.submitter)  # it arrives on the loop's clock now
+                # The one validator submit and the client passed (a store written by other means too).
+                spec = dataclasses.replace(check_submission(row.job_spec()), arrival_time=now, submitter=row.submitter)  # it arrives on the loop's clock now
                 if self.teams is not None:
                     spec = dataclasses.replace(spec, team=self.teams.team_of_submitter(submitter_identity(row.submitter)))
                     self.team_of[row.id] = spec.team or self.teams.default

@@ -95,8 +95,14 @@ class Service:
         self._taken: Taken | None = None
 
     def acquire(self) -> None:
-        """Take the store's lease; LeaseHeldError if another service schedules this store."""
-        self._taken = self.lease.acquire()
+        """Take the store's lease; LeaseHeldError if another service schedules this store,
+        StorePermissionError (one line) if the role may not write the lease table."""
+        with self.store.writing("take the scheduler's lease (SELECT and UPDATE on table lease; serve needs a writing role)"):
+            self._taken = self.lease.acquire()
+
+    @property
+    def acquired(self) -> bool:
+        return self._taken is not None
 
     def orphaned_cluster(self) -> str | None:
         """The scheduler address of the cluster a crashed predecessor started itself, if it still

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from tests.hostile_cases import hostile_cases, hostile_inputs
 from tests.service_bad_cases import service_cases, service_inputs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,6 +42,7 @@ class BadInput:
     env: tuple[tuple[str, str], ...] = ()
     cwd: str = "."  # relative to the inputs directory
     code: int = 2
+    absent: tuple[str, ...] = ()  # texts the line must not hold (a password, a raw escape)
 
 
 def _jobs(**change: object) -> dict:
@@ -94,6 +96,7 @@ def make_inputs(root: Path) -> None:
         "hpo_raising_ep.yaml": _hpo(entrypoint="i17_import_raises:f"),
     }
     files.update(service_inputs(root, _jobs))
+    files.update(hostile_inputs(root, _jobs))
     for name, data in files.items():
         (root / name).write_text(yaml.safe_dump(data))
     for name, text in USER_MODULES.items():
@@ -102,9 +105,9 @@ def make_inputs(root: Path) -> None:
     (root / "envdir" / ".env").write_bytes(binary)
 
 
-def _c(id: str, args: str | list[str], *needles: str, env: dict[str, str] | None = None, cwd: str = ".", code: int = 2) -> BadInput:
+def _c(id: str, args: str | list[str], *needles: str, env: dict[str, str] | None = None, cwd: str = ".", code: int = 2, absent: tuple[str, ...] = ()) -> BadInput:
     argv = tuple(args.split()) if isinstance(args, str) else tuple(args)
-    return BadInput(id, argv, needles, tuple((env or {}).items()), cwd, code)
+    return BadInput(id, argv, needles, tuple((env or {}).items()), cwd, code, tuple(absent))
 
 
 MLP = "elastic_tasks.examples:mlp_tiny"
@@ -186,6 +189,8 @@ CASES: tuple[BadInput, ...] = (
 
 # The service's commands (issue 28): their own module, the same judge.
 CASES = CASES + service_cases(_c, MLP, JOBS)
+# Hostile input at every edge of the service (issue 37): secrets, URL arguments, damaged stores, non-files, sizes, settings, escapes.
+CASES = CASES + hostile_cases(_c, MLP)
 
 
 @dataclass(frozen=True)
@@ -195,14 +200,17 @@ class Outcome:
     lines: tuple[str, ...]
     traceback: bool
     written: tuple[str, ...] = field(default=())
+    hung: bool = False  # ran past the case's time limit (a FIFO read, a server never answering)
 
     @property
     def clean(self) -> bool:
         """Exit code as asked, one line holding every needle, no traceback, nothing written."""
         return (
-            self.exit_code == self.case.code
+            not self.hung
+            and self.exit_code == self.case.code
             and len(self.lines) == 1
             and all(n.lower() in self.lines[0].lower() for n in self.case.needles)
+            and not any(a in "\n".join(self.lines) for a in self.case.absent)
             and not self.traceback
             and not self.written
         )
@@ -219,8 +227,20 @@ def snapshot(root: Path) -> dict[str, tuple[int, int]]:
     return out
 
 
-def run_case(case: BadInput, root: Path) -> Outcome:
-    """Run ``case`` in-process in the inputs directory ``root`` (made by ``make_inputs``)."""
+class _Hung(BaseException):
+    """Raised by the alarm: a BaseException, so no ``except Exception`` in the CLI swallows it."""
+
+
+# Each case's limit: a bad input is refused in well under a second; a hang is a failure, not a wait.
+CASE_LIMIT_S = 60
+
+
+def run_case(case: BadInput, root: Path, limit_s: float = CASE_LIMIT_S) -> Outcome:
+    """Run ``case`` in-process in the inputs directory ``root`` (made by ``make_inputs``), under
+    ``limit_s`` (SIGALRM on the main thread; elsewhere, no limit)."""
+    import signal
+    import threading
+
     from typer.testing import CliRunner
 
     from flows.commands.cli import app
@@ -230,8 +250,24 @@ def run_case(case: BadInput, root: Path) -> Outcome:
     os.chdir(root / case.cwd)
     sys.path.insert(0, str(root))  # the user's entry-point modules
     sys.dont_write_bytecode = True  # importing them must not count as writing
+    alarm = threading.current_thread() is threading.main_thread()
+
+    def _raise(*_):
+        raise _Hung()
+
+    hung = False
     try:
-        result = CliRunner(env={"COLUMNS": "250", **dict(case.env)}).invoke(app, list(case.args))
+        if alarm:
+            old = signal.signal(signal.SIGALRM, _raise)
+            signal.setitimer(signal.ITIMER_REAL, limit_s)
+        try:
+            result = CliRunner(env={"COLUMNS": "250", **dict(case.env)}).invoke(app, list(case.args))
+        except _Hung:
+            hung, result = True, None
+        finally:
+            if alarm:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, old)
     finally:
         os.chdir(cwd)
         sys.path[:] = path
@@ -240,12 +276,16 @@ def run_case(case: BadInput, root: Path) -> Outcome:
             del sys.modules[name]
     after = snapshot(root)
     written = tuple(sorted(p for p in after if before.get(p) != after[p]))
+    if result is None:
+        return Outcome(case, -1, (), False, written, hung=True)
+    if isinstance(result.exception, _Hung):  # CliRunner caught it
+        return Outcome(case, -1, (), False, written, hung=True)
     escaped = result.exception is not None and not isinstance(result.exception, SystemExit)
     lines = tuple(line for line in result.output.splitlines() if line.strip())
-    return Outcome(case, result.exit_code, lines, escaped or "Traceback" in result.output, written)
+    return Outcome(case, result.exit_code, lines, escaped or "Traceback" in result.output, written, hung)
 
 
 def describe(outcome: Outcome) -> str:
     return json.dumps(
-        {"case": outcome.case.id, "exit": outcome.exit_code, "lines": list(outcome.lines)[:5], "traceback": outcome.traceback, "written": list(outcome.written)[:5]}
+        {"case": outcome.case.id, "exit": outcome.exit_code, "lines": list(outcome.lines)[:5], "traceback": outcome.traceback, "hung": outcome.hung, "written": list(outcome.written)[:5]}
     )

@@ -24,10 +24,13 @@ def inputs(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_bad_input_is_one_clean_line(case, inputs):
     outcome = run_case(case, inputs)
+    assert not outcome.hung, describe(outcome)
     assert outcome.exit_code == case.code, describe(outcome)
     assert len(outcome.lines) == 1, describe(outcome)
     for needle in case.needles:
         assert needle.lower() in outcome.lines[0].lower(), describe(outcome)
+    for secret in case.absent:
+        assert secret not in "\n".join(outcome.lines), describe(outcome)
     assert not outcome.traceback, describe(outcome)
     assert outcome.written == (), describe(outcome)
 

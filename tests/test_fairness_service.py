@@ -75,7 +75,8 @@ def test_jobs_usage_reports_used_and_entitled_gpu_hours_per_team_and_submitter(t
 
 def test_submit_asks_for_a_priority_class_and_a_wrong_one_is_one_line(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLEABLE_")}
-    env.update(PYTHONPATH=str(REPO), MALLEABLE_STATE_DIR=str(tmp_path / "state"))
+    # The store a service would serve, named (submit makes no store of its own: issue 35.4).
+    env.update(PYTHONPATH=str(REPO), MALLEABLE_STATE_DIR=str(tmp_path / "state"), MALLEABLE_JOB_STORE=f"sqlite:///{tmp_path / 'state' / 'jobs.db'}")
     base = [sys.executable, "-m", "flows.commands.cli", "submit", "elastic_tasks.examples:mlp_tiny", "--samples", "1000"]
     ok = subprocess.run([*base, "--priority", "nightly"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stdout + ok.stderr

@@ -23,6 +23,9 @@ _OUTPUT = re.compile(r"^(print|say|warn|fail|echo|_say|_notify|_warn|_off|notify
 # An expression that holds a URL that may carry a password.
 _URLISH = re.compile(r"(store_url|job_store|tracking_uri|resolved_tracking_uri|resolved_job_store|\burl\b|\.url\b|_url\b|\buri\b|checkpoint_dir\b|checkpoint_root\b)")
 _REDACTORS = {"redact_url", "redact"}
+# Builders of an error line that redact the URL they are given themselves (tests/test_store_failures.py
+# checks that their lines hold no password).
+_REDACTING_BUILDERS = {"store_failure"}
 
 
 @pytest.mark.parametrize(
@@ -85,6 +88,8 @@ def output_leaks(source: str) -> list[tuple[int, str]]:
         if isinstance(node, ast.Raise) and node.exc is not None:
             # An error's message is printed by the CLI and logged by Prefect.
             for call in [n for n in ast.walk(node.exc) if isinstance(n, ast.Call)][:1]:
+                if _call_name(call).split(".")[-1] in _REDACTING_BUILDERS:
+                    continue
                 for arg in call.args:
                     for value in _formatted(arg):
                         leaks += [(node.lineno, text) for text in _unredacted(value)]
@@ -109,3 +114,54 @@ def test_no_print_or_log_shows_an_unredacted_url():
         for path in sorted((ROOT / package).rglob("*.py")):
             leaks += [f"{path.relative_to(ROOT)}:{line}: {expr}" for line, expr in output_leaks(path.read_text(encoding="utf-8"))]
     assert leaks == []
+
+
+# --- any password, any URL form, anywhere in a message (issue 37.1, 35.1) -------------------
+from urllib.parse import quote  # noqa: E402
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from service.redaction import redact_text  # noqa: E402
+
+# Printable ASCII but whitespace (a raw space ends a URL for every parser; written %20 it is
+# covered by the encoded forms). The distinctive prefix keeps a short password from being, by
+# chance, a substring of the host or the message around it: a false leak, not a real one.
+_RAW = st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=24)
+_ANY = st.text(st.characters(min_codepoint=32, max_codepoint=126), min_size=1, max_size=24)
+_MARK = "Zq7"
+_SCHEMES = ("postgresql+psycopg", "postgresql", "sqlite", "mysql+pymysql", "http", "https", "s3", "gs")
+_AROUND = st.text(st.characters(min_codepoint=32, max_codepoint=126, exclude_characters="Zq"), max_size=30)
+
+
+def _forms(password: str, encoded: str) -> list[tuple[str, str]]:
+    """(URL, the password as the URL spells it) in every supported form."""
+    return [
+        ("{s}://alice:" + password + "@db.internal:5432/malleable", password),  # raw userinfo (no whitespace)
+        ("{s}://alice:" + encoded + "@db.internal/malleable", encoded),  # %XX-encoded userinfo
+        ("{s}://alice@db.internal/malleable?password=" + encoded + "&sslmode=require", encoded),
+        ("{s}://db.internal/x?sslmode=require&token=" + encoded, encoded),
+        ("{s}://alice:" + encoded + "@db.internal/x?sslpassword=" + encoded, encoded),
+    ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(raw=_RAW, anything=_ANY, scheme=st.sampled_from(_SCHEMES), before=_AROUND, after=_AROUND, quoted=st.sampled_from(["{}", "'{}'", '"{}"', "({})", "<{}>", "{}:", "{},"]))
+def test_no_password_survives_redaction_anywhere_in_a_message(raw, anything, scheme, before, after, quoted):
+    for password in (_MARK + raw, _MARK + anything):
+        encoded = quote(password, safe="")
+        for template, spelled in _forms(password, encoded):
+            if " " in spelled:
+                continue  # raw whitespace: not a URL (its %20 form is covered)
+            url = template.replace("{s}", scheme, 1)
+            message = f"{before} {quoted.replace('{}', url)} {after}"
+            shown = redact_text(message)
+            for secret in {password, encoded, spelled}:
+                assert secret not in shown, (message, shown)
+            assert "db.internal" in shown  # the host stays: the rest of the message is still useful
+
+
+def test_a_url_mid_sentence_is_redacted_and_the_sentence_kept():
+    message = "cannot connect to postgresql+psycopg://svc:s3cr/t#?@x@db:5432/jobs (timeout) after 10 s; retry"
+    assert redact_text(message) == "cannot connect to postgresql+psycopg://svc:***@db:5432/jobs (timeout) after 10 s; retry"
+    assert redact_text("env: PGPASSWORD=hunter2 MALLEABLE_X=1") == "env: PGPASSWORD=*** MALLEABLE_X=1"
+    assert redact_text("http://mlflow:5000 by alice@vm") == "http://mlflow:5000 by alice@vm"

@@ -100,11 +100,17 @@ def test_read_only_commands_create_no_store(tmp_path, monkeypatch, args):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_hostile_name_is_stored_as_given_and_shown_escaped(cli):
+def test_a_hostile_name_is_refused_at_submit_and_one_written_by_other_means_shown_escaped(cli):
     run, url = cli
     result = run("submit", MLP, "--samples", "1000", "--name", HOSTILE)
-    assert result.exit_code == 0, result.output
-    assert JobStore(url).jobs()[0].name == HOSTILE
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1 and "--name=" in lines[0] and "control characters" in lines[0], result.output
+    assert "\x1b" not in result.output
+    assert JobStore(url).jobs() == []
+    # A store written by other means (no validator on the way): stored as given, shown escaped.
+    store = JobStore(url)
+    store.submit(Submission(HOSTILE, spec_from_entry(job_entry("h")), "mallory@elsewhere"))
+    assert store.jobs()[0].name == HOSTILE
     shown = run("jobs")
     assert shown.exit_code == 0
     assert "\x1b" not in shown.output and "\x07" not in shown.output

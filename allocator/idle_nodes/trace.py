@@ -91,6 +91,10 @@ class IdleTrace:
 def load_trace(path: str | Path) -> IdleTrace:
     """Read the CSV format above; errors name the file, line and column."""
     path = Path(path)
+    if path.exists() and not path.is_file() and not path.is_dir():  # a FIFO would block, a device never end
+        raise ValueError(f"trace={str(path)!r}: not a regular file")
+    if path.is_file() and path.stat().st_size > 2**30:
+        raise ValueError(f"trace={str(path)!r}: {path.stat().st_size:,} bytes, more than a trace may hold (1 GiB)")
     try:
         text = path.read_text()
     except OSError as exc:

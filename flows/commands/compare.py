@@ -90,7 +90,12 @@ def compare(
 def service_selections(jobs: list[str], submitters: list[str], since_s: float | None, until_s: float | None, since: str | None, until: str | None):
     """One selection per --jobs and per --submitter; a window alone selects every service job in it."""
     from flows.recording.service_selection import Selection
+    from service.jobs.limits import MAX_TEXT, quoted
 
+    for flag, values in (("--jobs", jobs), ("--submitter", submitters)):
+        for value in values:  # the limits of the store's names: a control sequence never reaches a table or the terminal
+            if len(value) > MAX_TEXT * 64 or any(not c.isprintable() for c in value):
+                raise ValueError(f"--{flag.lstrip('-')}={quoted(value)}: must be printable text (no newlines, escapes or control characters), at most {MAX_TEXT * 64:,} characters")
     window = " ".join(filter(None, [f"since {since}" if since else "", f"until {until}" if until else ""]))
     label = lambda base: f"{base} {window}".strip()  # noqa: E731
     out = []
@@ -98,9 +103,11 @@ def service_selections(jobs: list[str], submitters: list[str], since_s: float | 
         ids = tuple(j.strip() for j in group.split(",") if j.strip())
         if not ids:
             raise ValueError(f"--jobs={group!r}: name at least one job id")
+        if any(len(i) > MAX_TEXT for i in ids):
+            raise ValueError(f"--jobs={quoted(group)}: a job id or name is at most {MAX_TEXT} characters")
         out.append(Selection(label(f"jobs {','.join(ids)}"), job_ids=ids, since=since_s, until=until_s))
     for who in submitters:
-        if not who.strip() or "'" in who:
+        if not who.strip() or "'" in who or len(who) > MAX_TEXT:
             raise ValueError(f"--submitter={who!r}: a submitter as `malleable jobs` shows it (no quotes)")
         out.append(Selection(label(f"jobs of {who}"), submitter=who, since=since_s, until=until_s))
     if not out and (since_s is not None or until_s is not None):

@@ -15,10 +15,15 @@ from flows.commands.shared.tables import generations_table, jobs_table
 from flows.commands.shared.console import EXIT_FAILED, console, fail, print_raw
 
 
-def _read_store(settings):
-    """The store for a read-only command, or None when there is none yet (none is created)."""
+def _read_store(settings, job_id: str | None = None):
+    """The store for a read-only command, or None when there is none yet (none is created).
+    With no store configured and none made by a local service: one line, exit 2 (issue 35.4)."""
+    from flows.commands.shared.common import unconfigured_store_line
     from service.store import StoreMissingError
 
+    line = unconfigured_store_line(settings)
+    if line is not None:
+        fail(line if job_id is None else f"JOB_ID={job_id!r}: no such job: {line}")
     try:
         return store_or_fail(settings, create=False)
     except StoreMissingError:
@@ -38,7 +43,7 @@ def serve(
     from flows.config.kube import kube_spec
     from service.store.lease import LeaseHeldError
     from service.runner import Service, ServiceConfig
-    from service.store import StoreError
+    from service.store import StoreError, StorePermissionError, StoreSettingError
 
     settings = settings_or_fail(workers=workers, policy=policy, interval_s=interval, react=react, teams=teams)
     if settings.policy.startswith("idle_nodes"):
@@ -47,9 +52,12 @@ def serve(
     from flows.config.teams_file import load_teams_file
     from service.jobs.entrypoints import parse_patterns
 
+    try:  # the teams file before the store: a refused input leaves no store behind
+        table = None if settings.teams is None else load_teams_file(settings.teams)
+    except ValueError as exc:
+        fail(str(exc))
     store_or_fail(settings).close()  # a bad store URL (or :memory:) is one line, exit 2, before any cluster
     try:
-        table = None if settings.teams is None else load_teams_file(settings.teams)
         config = ServiceConfig(
             store_url=settings.resolved_job_store,
             checkpoint_root=settings.checkpoint_location("service"),
@@ -102,10 +110,12 @@ def serve(
                 service.run(client, cluster_owned=settings.cluster.value != "address")
     except LeaseHeldError as exc:
         fail(str(exc), code=EXIT_FAILED)
+    except (StorePermissionError, StoreSettingError) as exc:  # the role or the store is wrong for serving: a setting
+        fail(str(exc))
     except StoreError as exc:
         fail(str(exc), code=EXIT_FAILED)
     finally:
-        if service is not None:
+        if service is not None and service.acquired:
             service.lease.release()  # also when the cluster never came up
         latch.settle()
     say("stopped")
@@ -130,8 +140,8 @@ def jobs(
         fail(f"--format={fmt!r}: must be table or json")
     if not (interval > 0 and interval != float("inf")):
         fail(f"--interval={interval!r}: must be a number of seconds > 0")
-    if gpus is not None and gpus < 1:
-        fail(f"--gpus={gpus}: must be a positive integer")
+    if gpus is not None and not 1 <= gpus <= 2**20:  # the same bound as a job's GPUs (service.jobs.limits.MAX_GPUS)
+        fail(f"--gpus={gpus}: must be a positive integer, at most {2**20:,}")
     settings = settings_or_fail(teams=teams)
     store = _read_store(settings)
     if usage:
@@ -244,7 +254,7 @@ def cancel(
     from service.store import NotOwnerError, StorePermissionError, UnknownJobError
 
     settings = settings_or_fail()
-    store = _read_store(settings)
+    store = _read_store(settings, job_ids[0])
     if store is None:
         fail(f"JOB_ID={job_ids[0]!r}: no such job (no job store yet at {_where(settings)})")
     # Every id checked before any is cancelled: `cancel ID nope` cancels nothing.
@@ -288,7 +298,7 @@ def wait(
     if timeout is not None and not (0 < timeout < float("inf")):
         fail(f"--timeout={timeout!r}: must be a finite number of seconds > 0")
     settings = settings_or_fail()
-    store = _read_store(settings)
+    store = _read_store(settings, job_ids[0])
     if store is None:
         fail(f"JOB_ID={job_ids[0]!r}: no such job (no job store yet at {_where(settings)})")
     client = ServiceClient(store)

@@ -7,16 +7,17 @@ before anything is opened or written, so a rejected submission is one line, exit
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from flows.commands.shared.common import settings_or_fail, store_or_fail
+from flows.commands.shared.common import configured_store_or_fail, settings_or_fail
 from flows.commands.shared.console import err_console, fail, print_raw
 
+# A job field's flag, to name it when a flag's value is out of the field's limit.
+_FLAG_OF = {"min_gpus": "--min-gpus", "max_gpus": "--max-gpus", "requested_gpus": "--min-gpus", "priority": "--priority", "total_samples": "--samples"}
 # Flags that describe one job: with --file they would be ignored, so they are refused.
 _JOB_FLAGS = ("samples", "epochs", "dataset_samples", "min_batch", "max_batch", "min_gpus", "max_gpus", "name", "profile", "priority")
 
@@ -27,10 +28,10 @@ def _profile_for(workload: str, profile: Path | None, settings) -> tuple[object,
     from allocator.profiles.io import profile_from_dict
 
     if profile is not None:
-        try:
-            return profile_from_dict(json.loads(profile.read_text()), str(profile)), None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            fail(f"--profile={str(profile)!r}: cannot read a profile JSON ({type(exc).__name__})")
+        from flows.config.paths import read_json_file
+
+        try:  # a regular file within the size and depth caps: a FIFO or /dev/zero is one line
+            return profile_from_dict(read_json_file(profile, f"--profile={str(profile)!r}: profile"), str(profile)), None
         except ValueError as exc:
             fail(str(exc))
     from service.jobs.priors import cached_profile, prior_profile
@@ -45,10 +46,14 @@ def _check_entrypoint(entrypoint: str, settings, check_import: bool) -> None:
     from service.jobs.entrypoints import not_allowed, not_importable, parse_patterns
     from service.jobs.jobspec import check_workload
 
+    from elastic_tasks.workloads import EXAMPLE_NAMES
+
     try:
         check_workload(entrypoint)
     except ValueError as exc:
         fail(str(exc))
+    if ":" not in entrypoint and entrypoint not in EXAMPLE_NAMES:  # the service's own reading (resolve_workload)
+        fail(f"ENTRYPOINT={entrypoint!r}: not a training entry point ('package.module:function') nor a built-in example ({', '.join(sorted(EXAMPLE_NAMES))})")
     why = not_allowed(entrypoint, parse_patterns(settings.allowed_entrypoints))
     if why is not None:
         fail(f"ENTRYPOINT={entrypoint!r}: {why}")
@@ -80,25 +85,56 @@ def _work(samples: int | None, epochs: float | None, dataset_samples: int | None
     return max(1, round(total))
 
 
-def _submit_file(file: Path, key: str | None, settings) -> None:
+def _placement_problems(store, specs) -> list[str]:
+    """Why the running service could never place each job that it could not (it needs more GPUs
+    at its smallest than the service's cluster has). No running service: nothing is checked."""
+    from flows.commands.service import _live_gpus
+    from service.jobs.limits import placement_problem
+
+    gpus, _ = _live_gpus(store)
+    problems = [placement_problem(spec, gpus) for spec in specs]
+    return [f"{why} (--no-placement-check to queue it for a cluster that will grow)" for why in problems if why is not None]
+
+
+def _fail_each(lines: list[str]) -> None:
+    """Every refused job on its own line (stderr), exit 2: a jobs file's problems all at once."""
+    if not lines:
+        return
+    for line in lines[:-1]:
+        err_console.print(f"error: {line}", highlight=False, markup=False, soft_wrap=True)
+    fail(lines[-1])
+
+
+def _submit_file(file: Path, key: str | None, settings, placement_check: bool) -> None:
     from flows.config.jobfile import load_jobs_file
     from service.client import ServiceClient
-    from service.jobs.jobspec import check_samples
+    from service.jobs.jobspec import check_submission
     from service.store import IdempotencyConflict, StorePermissionError
 
     try:
         specs = load_jobs_file(file).jobs
-        for spec in specs:
-            check_samples(spec)
     except ValueError as exc:
         fail(f"{file}: {exc}" if str(file) not in str(exc) else str(exc))
+    refused = []
+    for spec in specs:  # the one validator of flags, files, the client and the service; every job's problem, one line each
+        try:
+            check_submission(spec)
+        except ValueError as exc:
+            refused.append(f"{file}: {exc}")
+    _fail_each(refused)
     from service.jobs.entrypoints import not_allowed, parse_patterns
 
     for spec in specs:
         why = not_allowed(spec.workload, parse_patterns(settings.allowed_entrypoints))
         if why is not None:
             fail(f"{file}: job {spec.id!r}.workload={spec.workload!r}: {why}")
-    client = ServiceClient(store_or_fail(settings))
+    store = configured_store_or_fail(settings)
+    if placement_check:
+        problems = _placement_problems(store, specs)
+        if problems:
+            store.close()
+            _fail_each([f"{file}: {why}" for why in problems])
+    client = ServiceClient(store)
     try:
         done = client.submit_specs(specs, key_prefix=key)
     except (IdempotencyConflict, StorePermissionError) as exc:
@@ -123,25 +159,30 @@ def submit(
     profile: Annotated[Path | None, typer.Option("--profile", help="Throughput profile JSON (default: the newest cached one, else a prior).")] = None,
     key: Annotated[str | None, typer.Option("--key", help="Idempotency key: a retry with the same key returns the same job; another job under it is refused.")] = None,
     import_check: Annotated[bool, typer.Option("--import-check/--no-import-check", help="Refuse an entry point whose module cannot be found here.")] = True,
+    placement_check: Annotated[bool, typer.Option("--placement-check/--no-placement-check", help="Refuse a job that needs more GPUs than the running service has.")] = True,
 ) -> None:
     """Submit one job (from flags) or a jobs file's jobs to the service; prints the job ids."""
-    from service.display import MAX_NAME_CHARS
-
     settings = settings_or_fail()
     if (entrypoint is None) == (file is None):
         fail("give an ENTRYPOINT or --file JOBS, not both and not neither")
     if key is not None and not 1 <= len(key) <= 200:
         fail(f"--key={key[:40]!r}: must be 1 to 200 characters")
+    if key is not None and any(not c.isprintable() for c in key):
+        fail(f"--key={key[:40]!r}: holds control characters (newlines, escapes); use printable text")
     if file is not None:
         # By the source's name: typer vendors its own click, whose enum is not click's.
         given = [n for n in _JOB_FLAGS if getattr(ctx.get_parameter_source(n), "name", None) == "COMMANDLINE"]
         if given:
             flag = "--" + given[0].replace("_", "-")
             fail(f"{flag}={ctx.params[given[0]]!s}: describes one job and cannot go with --file={str(file)!r} (put it in the jobs file)")
-        _submit_file(file, key, settings)
+        _submit_file(file, key, settings, placement_check)
         return
-    if name is not None and not 1 <= len(name) <= MAX_NAME_CHARS:
-        fail(f"--name={name[:40]!r}: must be 1 to {MAX_NAME_CHARS} characters (it has {len(name)})")
+    from service.jobs.limits import check_name
+
+    try:
+        check_name(name, "--name")
+    except ValueError as exc:
+        fail(str(exc))
     _check_entrypoint(entrypoint, settings, import_check)
     total = _work(samples, epochs, dataset_samples)
     from allocator.types import JobSpec
@@ -156,14 +197,24 @@ def submit(
     except ValueError as exc:
         fail(str(exc))
     found, note = _profile_for(entrypoint, profile, settings)
+    from service.jobs.limits import JobFieldError
+
     try:  # parsed here, once: the client stores this JobSpec as it is
         spec = check_submission(JobSpec(
             id=entrypoint.rsplit(":", 1)[-1], workload=entrypoint, profile=found, total_samples=total,
             min_batch=min_batch, max_batch=max_batch, min_gpus=min_gpus, max_gpus=max_gpus, priority=level,
         ))  # fmt: skip
+    except JobFieldError as exc:  # the same limit as a jobs file's, named by its flag
+        flag = _FLAG_OF.get(exc.field)
+        fail(f"{flag}={exc.value}: {exc.why} ({exc})" if flag else str(exc))
     except ValueError as exc:
         fail(str(exc))
-    store = store_or_fail(settings)  # only now: a rejected job leaves no store behind
+    store = configured_store_or_fail(settings)  # only now: a rejected job leaves no store behind
+    if placement_check:
+        problems = _placement_problems(store, [spec])
+        if problems:
+            store.close()
+            fail(problems[0])
     try:
         submitted = ServiceClient(store).submit_spec(spec, name=name, idempotency_key=key)
     except (ValueError, IdempotencyConflict, StorePermissionError) as exc:

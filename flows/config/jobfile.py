@@ -8,7 +8,6 @@ key. Every error is a ValueError naming the file and field.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import dataclasses
@@ -18,7 +17,7 @@ from allocator.physics.noise import NoiseTrajectory, noise_from_value
 from allocator.profiles.io import profile_from_dict
 from allocator.specs import JobsFile, jobs_file_from_dict, noise_scales_from_dict
 from allocator.types import JobSpec, ThroughputProfile
-from flows.config.paths import read_data_file, read_text_file
+from flows.config.paths import read_data_file, read_json_file
 
 
 def profile_file(base: Path, ref: str, where: str) -> ThroughputProfile:
@@ -26,10 +25,7 @@ def profile_file(base: Path, ref: str, where: str) -> ThroughputProfile:
     target = (base / ref).resolve()
     if not target.exists():
         raise ValueError(f"{where}={str(ref)!r}: no such profile file ({target})")
-    try:
-        data = json.loads(read_text_file(target, f"{where}={str(ref)!r}: profile file"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{where}: {target} is not valid JSON ({exc})") from None
+    data = read_json_file(target, f"{where}={str(ref)!r}: profile file")
     return profile_from_dict(data, where)
 
 

@@ -47,7 +47,7 @@ class Settings(BaseSettings):
     scheduler_address: str | None = Field(None, description="Dask scheduler, e.g. tcp://10.0.0.5:8786 (cluster=address).")
     workers: int = Field(4, ge=1, le=4096, description="(Virtual) GPU workers: one Dask worker each, resource GPU=1.")
     policy: str = Field("elastic_dp", description="Allocation policy name.")
-    interval_s: float = Field(10.0, gt=0, allow_inf_nan=False, description="Δ: seconds between re-allocations.")
+    interval_s: float = Field(10.0, gt=0, le=86400, allow_inf_nan=False, description="Δ: seconds between re-allocations.")
     overflow: OverflowMode = Field(OverflowMode.QUEUE, description="Jobs that do not fit: drop or queue.")
     kube_image: str = Field("malleable:0.1.0", min_length=1, description="Container image of the Kubernetes Dask scheduler (the CPU build).")
     kube_gpu_image: str | None = Field(None, min_length=1, description="Container image of the Kubernetes GPU worker pods (default: <kube_image>-cuda, the CUDA build).")
@@ -60,15 +60,15 @@ class Settings(BaseSettings):
         None, min_length=1, description="A ReadWriteMany PersistentVolumeClaim every worker pod mounts at MALLEABLE_CHECKPOINT_DIR (a path) for shared checkpoints."
     )
     kube_env_secret: str | None = Field(None, min_length=1, description="A Secret whose keys become the worker pods' environment (e.g. object-store credentials).")
-    tracking_timeout_s: float = Field(5.0, gt=0, description="Seconds before an MLflow request counts as unreachable.")
+    tracking_timeout_s: float = Field(5.0, gt=0, le=3600, allow_inf_nan=False, description="Seconds before an MLflow request counts as unreachable.")
     job_store: str | None = Field(None, description="The scheduler service's job store, any SQLAlchemy URL (default: sqlite:///<state_dir>/jobs.db).")
     react: bool = Field(True, description="The service re-allocates at once on each submission, completion and worker change (else every Δ).")
-    service_poll_s: float = Field(0.2, gt=0, le=60, description="How often the service looks at the job store for submissions and cancels.")
+    service_poll_s: float = Field(0.2, gt=0, le=60, allow_inf_nan=False, description="How often the service looks at the job store for submissions and cancels.")
     allowed_entrypoints: str | None = Field(
         None,
         description="Comma-separated module patterns (fnmatch, e.g. 'elastic_tasks.*,team_models.*') of the entry points the service will run; unset: any.",
     )
-    checkpoint_every: int = Field(20, ge=1, description="Service jobs checkpoint every this many steps (what a restart resumes from).")
+    checkpoint_every: int = Field(20, ge=1, le=2**31, description="Service jobs checkpoint every this many steps (what a restart resumes from).")
     teams: Path | None = Field(None, description="The service's teams file (YAML/JSON): each team's GPU quota or weight and members; unset: no fair sharing (docs/service.md, Teams).")
     gloo_socket_ifname: str | None = Field(None, description="Network interface gloo binds and connects on in multi-node jobs (GLOO_SOCKET_IFNAME on the workers), e.g. eth0.")
     nccl_socket_ifname: str | None = Field(None, description="Network interface nccl bootstraps on in multi-node jobs (NCCL_SOCKET_IFNAME on the workers), e.g. eth0 or ib0.")

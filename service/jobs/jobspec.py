@@ -13,29 +13,35 @@ import re
 
 from allocator.specs import job_from_dict, spec_to_dict
 from allocator.types import JobSpec
+from elastic_tasks.workloads import resolve_workload
+from service.jobs.limits import MAX_SAMPLES, MAX_WORKLOAD, check_limits, quoted, shown_value
+
+__all__ = ["MAX_SAMPLES", "check_samples", "check_submission", "check_workload", "spec_from_entry"]
 
 _ENTRY = re.compile(r"^[A-Za-z_][\w.]*(:[A-Za-z_]\w*)?$")
-# A sane maximum for one job's work (10^15 samples: years on any cluster); well inside the
-# 2^63-1 the store's integer columns hold, so the store never sees an overflow.
-MAX_SAMPLES = 10**15
 
 
 def check_workload(workload: object, where: str = "ENTRYPOINT") -> None:
     """ValueError naming ``where`` unless ``workload`` reads as an entry point or an example name."""
-    if not isinstance(workload, str) or not _ENTRY.match(workload):
-        raise ValueError(f"{where}={workload!r}: not an entry point ('package.module:function') nor an example name")
+    if not isinstance(workload, str) or len(workload) > MAX_WORKLOAD or not _ENTRY.match(workload):
+        raise ValueError(f"{where}={quoted(workload)}: not an entry point ('package.module:function') nor an example name")
 
 
 def check_samples(spec: JobSpec) -> None:
     if not 1 <= spec.total_samples <= MAX_SAMPLES:
-        raise ValueError(f"job {spec.id!r}.samples={spec.total_samples}: must be in [1, {MAX_SAMPLES:.0e}] (a sane maximum; the store holds integers up to 2^63-1)")
+        raise ValueError(f"job {quoted(spec.id)}.samples={spec.total_samples}: must be in [1, {MAX_SAMPLES:.0e}] (a sane maximum; the store holds integers up to 2^63-1)")
 
 
 def check_submission(spec: JobSpec) -> JobSpec:
-    """What a JobSpec must be beyond its own rules to be submitted: a workload that can name a
-    recipe, work the store can hold. ``spec`` itself, or ValueError naming the field."""
-    check_workload(spec.workload, f"job {spec.id!r}.workload")
+    """What a JobSpec must be beyond its own rules to be submitted — the one validator of
+    ``submit`` (flags and files), the Python client and the service's feed: every field within
+    its limit (``service.jobs.limits``), a workload that names a recipe (an entry point's form,
+    or a built-in example: a profile's name is not one). ``spec`` itself, or ValueError naming the field."""
     check_samples(spec)
+    check_limits(spec)
+    where = f"job {quoted(spec.id)}.workload"
+    check_workload(spec.workload, where)
+    resolve_workload(spec.workload, shown_value(spec.id))
     return spec
 
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
 from sqlalchemy import bindparam, func, insert, inspect, select, update
-from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, InternalError, OperationalError, ProgrammingError, SQLAlchemyError
 
 from service.store import schema
 from service.jobs.jobspec import record_for_store, stored_record
@@ -42,6 +42,7 @@ from service.store.errors import (  # noqa: E402, F401
 
 
 from service.store.engine import in_memory, make_engine  # noqa: E402, F401  (callers import them from here)
+from service.store.failures import store_failure  # noqa: E402
 
 
 def redact(url: str) -> str:
@@ -98,19 +99,28 @@ class JobStore:
         except StoreError:
             self.engine.dispose()
             raise
-        except OperationalError as exc:
+        except (SQLAlchemyError, ValueError, TypeError) as exc:  # ValueError/TypeError: a URL argument the driver refuses at connect
             self.engine.dispose()
-            reason = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else type(exc).__name__
-            raise StoreError(f"job store {redact(url)!r} is unreachable or damaged: {reason} (setting MALLEABLE_JOB_STORE)") from None
-        except SQLAlchemyError as exc:
-            self.engine.dispose()
-            raise StoreError(f"job store {redact(url)!r}: {type(exc).__name__}: {str(exc).splitlines()[0]} (setting MALLEABLE_JOB_STORE)") from None
+            raise store_failure(exc, url, "create or open the store" if create else "read the store") from None
 
     def close(self) -> None:
         self.engine.dispose()
 
     def _check_schema(self, create: bool) -> None:
         tables = set(inspect(self.engine).get_table_names())
+        ours = {t.name for t in schema.metadata.sorted_tables}
+        if schema.meta.name in tables and not ours <= tables:
+            # Tables dropped from a store: not "an empty store" (its jobs are gone, or elsewhere).
+            raise StoreSettingError(
+                f"job store {redact(self.url)!r} is damaged: its table(s) {', '.join(sorted(ours - tables))} are missing "
+                "(dropped?); restore them from a backup or point MALLEABLE_JOB_STORE at another store"
+            )
+        if schema.meta.name not in tables and tables & (ours - {schema.meta.name}):
+            # Jobs without the meta table: a damaged store (or another program's tables), never read as empty.
+            raise StoreSettingError(
+                f"job store {redact(self.url)!r}: has table(s) {', '.join(sorted(tables & ours))} but no {schema.meta.name!r} table: "
+                "not a malleable store, or a damaged one (its schema version is lost); point MALLEABLE_JOB_STORE elsewhere"
+            )
         if schema.meta.name not in tables:
             if not create:
                 raise StoreMissingError(f"job store {redact(self.url)!r} holds no malleable jobs (start `malleable serve` or submit once to create it)")
@@ -169,14 +179,11 @@ class JobStore:
         role and ``operation`` (a read-only watcher role may list and wait, not submit)."""
         try:
             yield
-        except (ProgrammingError, OperationalError) as exc:
+        except (ProgrammingError, OperationalError, InternalError) as exc:
             text = str(exc.orig or exc).lower()
-            if "permission denied" not in text and "insufficientprivilege" not in type(exc.orig).__name__.lower() and "readonly" not in text:
+            if "permission denied" not in text and "insufficientprivilege" not in type(exc.orig).__name__.lower() and "read" not in text:
                 raise
-            raise StorePermissionError(
-                f"job store {redact(self.url)!r}: role {self.role()!r} may not {operation} (permission denied); "
-                "a read-only role can list and wait, not submit or cancel"
-            ) from None
+            raise store_failure(exc, self.url, operation, self.role()) from None
 
     def role(self) -> str:
         """Who the database says we are: PostgreSQL's ``current_user``; on a file, the OS user."""

@@ -50,6 +50,10 @@ def make_engine(url: str, *, create: bool = True) -> Engine:
     except ModuleNotFoundError as exc:
         raise StoreSettingError(f"job store URL {redact(url)!r}: its driver is not installed ({exc.name})") from None
     if backend == "sqlite":
+        try:  # first: a refused URL is named as such, and leaves nothing behind
+            engine = create_engine(parsed, connect_args={"timeout": 30})
+        except (ValueError, TypeError) as exc:  # e.g. ?timeout=abc: the dialect converts URL arguments here
+            raise StoreSettingError(f"job store URL {redact(url)!r}: an argument of the URL is refused ({type(exc).__name__}: {exc}); fix its query string") from None
         if parsed.database and parsed.database != ":memory:":
             path = Path(parsed.database)
             existing = next(p for p in (path.parent, *path.parent.parents) if p.exists())
@@ -58,16 +62,20 @@ def make_engine(url: str, *, create: bool = True) -> Engine:
                 raise StoreSettingError(f"job store URL {redact(url)!r}: {what}")
             if not create and not path.exists():
                 raise StoreMissingError(f"job store {redact(url)!r} does not exist yet (nothing was submitted to it)")
+        if parsed.database and parsed.database != ":memory:":
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 if not os.access(path.parent, os.W_OK):
                     raise PermissionError(13, "Permission denied")
             except OSError as exc:
+                engine.dispose()
                 raise StoreSettingError(f"job store URL {redact(url)!r}: cannot make the store file there ({exc.strerror or type(exc).__name__})") from None
-        engine = create_engine(parsed, connect_args={"timeout": 30})
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     try:
-        return create_engine(parsed, pool_pre_ping=True, connect_args={"connect_timeout": 10} if backend == "postgresql" else {})
+        # connect_timeout bounds the wait for a server that does not answer (a URL's own wins).
+        return create_engine(parsed, pool_pre_ping=True, connect_args={"connect_timeout": 10} if backend == "postgresql" and "connect_timeout" not in parsed.query else {})
     except ModuleNotFoundError as exc:
         raise StoreSettingError(f"job store URL {redact(url)!r}: its driver is not installed ({exc.name})") from None
+    except (ValueError, TypeError) as exc:
+        raise StoreSettingError(f"job store URL {redact(url)!r}: an argument of the URL is refused ({type(exc).__name__}: {exc}); fix its query string") from None

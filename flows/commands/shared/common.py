@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 from flows.commands.shared.console import EXIT_FAILED, console, fail
 from flows.config.settings import ClusterKind, Settings, SettingsError, load_settings
@@ -103,3 +104,25 @@ def store_or_fail(settings: Settings, *, create: bool = True):
         fail(f"MALLEABLE_JOB_STORE: {exc}")
     except StoreError as exc:
         fail(str(exc), code=EXIT_FAILED)
+
+
+def unconfigured_store_line(settings: Settings) -> str | None:
+    """Why a client command (submit, jobs, cancel, wait) has no store to use, or None.
+
+    Without ``MALLEABLE_JOB_STORE`` the only store a client may use is the default one a local
+    ``malleable serve`` made (``<state dir>/jobs.db``, there already): a client never creates a
+    private store that no service reads (issue 35.4)."""
+    if settings.job_store or Path(settings.resolved_job_store.removeprefix("sqlite:///")).is_file():
+        return None
+    return (
+        "MALLEABLE_JOB_STORE is not set and no service has made a store here: set it to the store the service serves "
+        "(e.g. export MALLEABLE_JOB_STORE=postgresql+psycopg://user@host/db, or sqlite:///path/jobs.db for a local `malleable serve`)"
+    )
+
+
+def configured_store_or_fail(settings: Settings):
+    """``store_or_fail`` for a client command: exit 2 with one line naming how to set the store when none is configured."""
+    line = unconfigured_store_line(settings)
+    if line is not None:
+        fail(line)
+    return store_or_fail(settings)
