@@ -270,3 +270,16 @@ def test_the_service_pods_probe_follows_the_store_lease(tmp_path, monkeypatch, c
     probe = next(d for d in _all_docs() if d["kind"] == "Deployment" and d["metadata"]["name"] == "malleable-service")
     container = probe["spec"]["template"]["spec"]["containers"][0]
     assert container["livenessProbe"]["exec"]["command"] == ["python", "-m", "flows.lease_probe"]
+
+
+def test_the_team_service_sets_an_entry_point_allow_list_and_gpu_pods_never_see_the_store(monkeypatch):
+    from service.jobs.entrypoints import parse_patterns
+
+    # Issue 35.1: the committed settings limit what a store writer can make the pods import ...
+    assert parse_patterns(SETTINGS.get("MALLEABLE_ALLOWED_ENTRYPOINTS")), SETTINGS
+    # ... and the store's URL (a password) reaches no pod the service starts: neither a value
+    # in their environment nor the Secret that holds it.
+    monkeypatch.setenv("MALLEABLE_JOB_STORE", "postgresql+psycopg://svc:hunter2@db/x")
+    cluster = _team_cluster(monkeypatch)
+    text = yaml.safe_dump(cluster)
+    assert "hunter2" not in text and "MALLEABLE_JOB_STORE" not in text and "malleable-job-store" not in text

@@ -12,8 +12,13 @@ from __future__ import annotations
 import importlib
 import sys
 
+from deploy.worker_env import conceal_secrets
 from flows.commands.shared import stop_latch
 
+# First of all (stdlib only): no child of this process (Dask workers running submitted code,
+# Prefect's server) inherits the store's or the tracking server's credentials, and
+# /proc/<this pid>/environ stops showing them (deploy/worker_env.py).
+conceal_secrets()
 # Before click and typer are imported: `malleable serve` handles SIGTERM from its first instant.
 stop_latch.arm(sys.argv)
 from dataclasses import dataclass
