@@ -194,7 +194,8 @@ class ServiceTracking:
         self._call(go)
 
     def job_run(
-        self, job_id: str, name: str, existing: str | None, params: dict[str, object], parent: str | None = None, submitter: str | None = None
+        self, job_id: str, name: str, existing: str | None, params: dict[str, object], parent: str | None = None, submitter: str | None = None,
+        tags: dict[str, str] | None = None,
     ) -> str | None:
         """The job's run: its earlier one when it resumes (returned now), else a new one (nested
         under ``parent``, e.g. the HPO trial or the cluster flow that submitted it), whose id goes
@@ -207,10 +208,10 @@ class ServiceTracking:
                 t.reopen_run(earlier)
                 self._runs[job_id] = earlier
                 return
-            tags = {**self._job_tags, "malleable.kind": "service-job", "malleable.job_id": job_id, "malleable.name": name}
+            run_tags = {**self._job_tags, **(tags or {}), "malleable.kind": "service-job", "malleable.job_id": job_id, "malleable.name": name}
             if submitter:
-                tags["malleable.submitter"] = submitter
-            run = t.start_run(f"{name}-{job_id}", parent=parent, params={k: str(v)[:500] for k, v in params.items()}, tags=tags)
+                run_tags["malleable.submitter"] = submitter
+            run = t.start_run(f"{name}-{job_id}", parent=parent, params={k: str(v)[:500] for k, v in params.items()}, tags=run_tags)
             self._runs[job_id] = self._made[job_id] = run
 
         self._call(go)
