@@ -47,6 +47,8 @@ VERSION = {version!r}
 def recipe():
     with open({marks!r}, "a") as f:
         f.write(f"{{VERSION}} {{os.getpid()}}\\n")
+    if VERSION == "v3":
+        raise RuntimeError("v3 refuses to build")
     return mlp_tiny()
 """
 
@@ -69,14 +71,14 @@ def test_an_edit_between_two_submissions_runs_and_is_recorded(tmp_path):
     def cli(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "flows.commands.cli", *args], cwd=work, env=env, capture_output=True, text=True, timeout=300)
 
-    def run_version(version: str) -> tuple[str, str]:
+    def run_version(version: str, rc: int = 0) -> tuple[str, str]:
         text = MODULE.format(version=version, marks=str(marks))
         module.write_text(text)
         submitted = cli("submit", "--file", "jobs.yaml")
         assert submitted.returncode == 0, submitted.stdout + submitted.stderr
         job_id = submitted.stdout.split("\t")[0].strip()
         waited = cli("wait", job_id, "--timeout", "240")
-        assert waited.returncode == 0, waited.stdout + waited.stderr + "\n".join(lines)
+        assert waited.returncode == rc, waited.stdout + waited.stderr + "\n".join(lines)
         return job_id, "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
     serve = subprocess.Popen(
@@ -91,6 +93,7 @@ def test_an_edit_between_two_submissions_runs_and_is_recorded(tmp_path):
             time.sleep(0.2)
         first, first_version = run_version("v1")
         second, second_version = run_version("v2")  # same size as v1
+        third, _ = run_version("v3", rc=1)
         serve.send_signal(signal.SIGTERM)
         serve.wait(timeout=90)
     finally:
@@ -102,6 +105,7 @@ def test_an_edit_between_two_submissions_runs_and_is_recorded(tmp_path):
     marked = [line.split() for line in marks.read_text().splitlines()]
     v1 = {pid for version, pid in marked if version == "v1"}
     v2 = {pid for version, pid in marked if version == "v2"}
+    marked = [m for m in marked if m[0] != "v3"]
     assert v1 and v2, marked
     assert v1 & v2, f"the second job ran in other processes; the test proves nothing about cached modules: {marked}"
     assert [version for version, _ in marked] == sorted(version for version, _ in marked), marked  # every v1 before any v2
@@ -113,3 +117,16 @@ def test_an_edit_between_two_submissions_runs_and_is_recorded(tmp_path):
     mlflow = MlflowClient(f"sqlite:///{work / 'state' / 'mlflow.db'}")
     tags = [mlflow.get_run(store.job(j).mlflow_run_id).data.tags.get("malleable.code_version") for j in (first, second)]
     assert tags == [first_version, second_version]
+
+    # Issue 35.5: a service job's run carries its schedule (the store's generations, as CSV) and
+    # a failed job's run its error.
+    import csv
+    import io
+
+    run_id = store.job(second).mlflow_run_id
+    schedule = list(csv.DictReader(io.StringIO(Path(mlflow.download_artifacts(run_id, "schedule.csv", str(tmp_path))).read_text())))
+    assert [(int(r["gpus"]), int(r["batch"]), r["kind"]) for r in schedule] == [(a.gpus, a.batch, a.kind) for a in store.allocations(second)]
+    failed = store.job(third)
+    assert failed.state is JobState.FAILED and "v3 refuses to build" in failed.error
+    run = mlflow.get_run(failed.mlflow_run_id)
+    assert run.info.status == "FAILED" and "v3 refuses to build" in run.data.tags["malleable.error"]

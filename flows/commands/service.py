@@ -46,6 +46,7 @@ def serve(
         fail(f"--policy={settings.policy!r}: idle-node policies need node names, which the service's workers do not expose; use `malleable idle-nodes` (or `simulate -p {settings.policy}`) for them")
     from flows.config.teams_file import load_teams_file
     from service.jobs.entrypoints import parse_patterns
+    from service.tracking.experiment import artifact_root
 
     store_or_fail(settings).close()  # a bad store URL (or :memory:) is one line, exit 2, before any cluster
     try:
@@ -55,7 +56,7 @@ def serve(
             checkpoint_root=settings.checkpoint_location("service"),
             policy=settings.policy, interval_s=settings.interval_s, overflow=settings.overflow, react=settings.react,
             poll_s=settings.service_poll_s, checkpoint_every=settings.checkpoint_every, tracking_uri=settings.resolved_tracking_uri,
-            experiment=settings.experiment, allowed_entrypoints=parse_patterns(settings.allowed_entrypoints), teams=table,
+            experiment=settings.experiment, artifact_location=artifact_root(settings.resolved_tracking_uri, settings.state_dir), allowed_entrypoints=parse_patterns(settings.allowed_entrypoints), teams=table,
         )  # fmt: skip
     except ValueError as exc:
         fail(str(exc))
