@@ -83,6 +83,11 @@ class Settings(BaseSettings):
     teams: Path | None = Field(None, description="The service's teams file (YAML/JSON): each team's GPU quota or weight and members; unset: no fair sharing (docs/service.md, Teams).")
     gloo_socket_ifname: str | None = Field(None, description="Network interface gloo binds and connects on in multi-node jobs (GLOO_SOCKET_IFNAME on the workers), e.g. eth0.")
     nccl_socket_ifname: str | None = Field(None, description="Network interface nccl bootstraps on in multi-node jobs (NCCL_SOCKET_IFNAME on the workers), e.g. eth0 or ib0.")
+    prefect_runs: str = Field(
+        "auto",
+        pattern="^(auto|always|never)$",
+        description="Short commands (run --simulate) record a Prefect flow run: auto = where a Prefect API is configured (PREFECT_API_URL), always (starting Prefect's ephemeral API, ~8 s), never.",
+    )
     preflight: bool = Field(True, description="`malleable train` runs one step of the recipe on the ranks' device before any worker starts (false: skip it, e.g. a model that builds only where the ranks run).")
 
     @field_validator("policy")
