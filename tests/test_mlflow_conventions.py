@@ -64,3 +64,19 @@ def test_run_simulate_writes_to_the_mlflow_tracking_uri(tmp_path):
         runs = db.execute("SELECT COUNT(*) FROM runs r JOIN experiments e ON r.experiment_id = e.experiment_id WHERE e.name = 'malleable'").fetchone()[0]
     assert experiments["malleable"] == (tmp_path / "mlartifacts").as_uri() and runs >= 1
     assert not (tmp_path / ".malleable" / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()
+
+
+def test_a_run_cut_short_by_an_error_is_failed_with_the_error(tmp_path):
+    from mlflow import MlflowClient
+
+    from flows.recording.run_guard import RunGuard
+    from flows.recording.tracking import Tracker
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = Tracker(uri, "guarded", tmp_path / "buffer.jsonl", artifact_location=artifact_root(uri, tmp_path))
+    with pytest.raises(ValueError, match="bad step"), RunGuard(tracker) as guard:
+        run = guard.start_run("r")
+        raise ValueError("bad step 7")
+    tracker.flush()
+    got = MlflowClient(uri).get_run(tracker.run_id(run))
+    assert got.info.status == "FAILED" and got.data.tags["malleable.error"] == "ValueError: bad step 7"
