@@ -56,7 +56,7 @@ def serve(
             checkpoint_root=settings.checkpoint_location("service"),
             policy=settings.policy, interval_s=settings.interval_s, overflow=settings.overflow, react=settings.react,
             poll_s=settings.service_poll_s, checkpoint_every=settings.checkpoint_every, tracking_uri=settings.resolved_tracking_uri,
-            experiment=settings.experiment, artifact_location=artifact_root(settings.resolved_tracking_uri, settings.state_dir), allowed_entrypoints=parse_patterns(settings.allowed_entrypoints), teams=table,
+            experiment=settings.experiment, artifact_location=artifact_root(settings.resolved_tracking_uri, settings.state_dir), state_dir=str(settings.state_dir.resolve()), allowed_entrypoints=parse_patterns(settings.allowed_entrypoints), teams=table,
         )  # fmt: skip
     except ValueError as exc:
         fail(str(exc))

@@ -40,16 +40,18 @@ JOURNAL_NAME = "mlflow-service-buffer.jsonl"
 _SQLITE_FILE = re.compile(r"sqlite(\+\w+)?:///(?P<path>[^?]+)")
 
 
-def service_journal(store_url: str) -> Path:
+def service_journal(store_url: str, state_dir: Path | str | None = None) -> Path:
     """Where a service on the job store ``store_url`` journals its MLflow calls: beside a sqlite
-    store's file (the state directory), else in the temporary directory under a name of the
-    store's. One service holds a store's lease at a time, so a journal has one writer, and the
-    next service on the store replays what the last one could not send."""
+    store's file (the state directory), else in ``state_dir`` (a persistent volume on Kubernetes:
+    a pod restart must find it to replay it) or, without one, the temporary directory, under a
+    name of the store's. One service holds a store's lease at a time, so a journal has one
+    writer, and the next service on the store replays what the last one could not send."""
     found = _SQLITE_FILE.fullmatch(store_url)
     if found and found["path"] != ":memory:":
         return Path(found["path"]).parent / JOURNAL_NAME
     digest = hashlib.sha256(store_url.encode()).hexdigest()[:16]
-    return Path(tempfile.gettempdir()) / "malleable" / f"mlflow-service-buffer-{digest}.jsonl"
+    where = Path(state_dir) if state_dir is not None else Path(tempfile.gettempdir()) / "malleable"
+    return where / f"mlflow-service-buffer-{digest}.jsonl"
 
 
 def _first_line(exc: BaseException) -> str:
