@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -102,6 +103,9 @@ def test_an_edit_between_two_submissions_runs_and_is_recorded(tmp_path):
                 child.kill()
             serve.kill()
 
+    # Issue 35.8: the service's log lines are dated (it runs for days; its log is read beside others).
+    serving = next(line for line in lines if "serving" in line)
+    assert re.match(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} ", serving), serving
     marked = [line.split() for line in marks.read_text().splitlines()]
     v1 = {pid for version, pid in marked if version == "v1"}
     v2 = {pid for version, pid in marked if version == "v2"}

@@ -12,7 +12,7 @@ import typer
 
 from flows.commands.shared.common import settings_or_fail, store_or_fail
 from flows.commands.shared.tables import generations_table, jobs_table
-from flows.commands.shared.console import EXIT_FAILED, console, fail, print_raw
+from flows.commands.shared.console import EXIT_FAILED, EXIT_TIMEOUT, console, fail, print_raw
 
 
 def _read_store(settings):
@@ -73,7 +73,8 @@ def serve(
         from rich.text import Text
 
         # A Text, not markup: a line may quote a job's name, which is a submitter's free text.
-        console.print(Text.assemble((time.strftime("%H:%M:%S"), "dim"), " ", line), highlight=False, soft_wrap=True)
+        # Dated: a service runs for days, and its log is read beside others.
+        console.print(Text.assemble((time.strftime("%Y-%m-%d %H:%M:%S"), "dim"), " ", line), highlight=False, soft_wrap=True)
 
     latch.watch(say, on_stop=lambda: None, on_fast_stop=lambda: service_box and service_box[0].fast_stop())
 
@@ -274,6 +275,7 @@ def wait(
     timeout: Annotated[float | None, typer.Option("--timeout", help="Seconds to wait at most.")] = None,
 ) -> None:
     """Wait until the jobs end; exit 0 only if all finished."""
+    # Exit 0: all finished; 1: one failed, was cancelled or dropped; 2: bad input; 3: --timeout ran out.
     from service.client import ServiceClient
     from service.display import ERROR_CHARS, shown
     from service.store import UnknownJobError
@@ -289,8 +291,8 @@ def wait(
         rows = client.wait(job_ids, timeout)
     except UnknownJobError as exc:
         fail(f"JOB_ID={exc.args[0]!r}: no such job in the store")
-    except TimeoutError as exc:
-        fail(str(exc), code=EXIT_FAILED)
+    except TimeoutError as exc:  # not a failed job: the jobs go on (exit codes: docs/service.md)
+        fail(str(exc), code=EXIT_TIMEOUT)
     print_raw("".join(f"{r.id}\t{r.state.value}" + (f"\t{shown(r.error, ERROR_CHARS)}" if r.error else "") + "\n" for r in rows))
     if any(r.state.value != "finished" for r in rows):
         raise typer.Exit(EXIT_FAILED)
