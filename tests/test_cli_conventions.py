@@ -54,3 +54,19 @@ def test_piped_tables_are_whole_and_show_the_submitter(tmp_path):
     assert simulated.returncode == 0, simulated.stderr
     rows = [line for line in simulated.stdout.splitlines() if line.startswith("│")]
     assert {line.split("│")[1].strip() for line in rows} >= {"goodput_dp", "elastic_dp"}, simulated.stdout
+
+
+def test_shell_completion_completes_commands_and_options(tmp_path):
+    script = tmp_path / "malleable"  # the console script's name: completion reads _MALLEABLE_COMPLETE
+    script.write_text("from flows.commands.cli import main\nmain()\n")
+    env = _env(tmp_path)
+
+    def complete(words: str) -> list[str]:
+        extra = {"_MALLEABLE_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": str(len(words.split()) - 1)}
+        done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env={**env, **extra}, capture_output=True, text=True, timeout=60)
+        return done.stdout.split()
+
+    assert complete("malleable su") == ["submit"]
+    assert "--timeout" in complete("malleable wait --t")
+    shown = subprocess.run([sys.executable, str(script), "--show-completion", "bash"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0 and "_MALLEABLE_COMPLETE" in shown.stdout

@@ -113,7 +113,7 @@ app = typer.Typer(
     cls=LazyGroup,
     help="Elastic deep-learning training: profile, plan, simulate, train and record.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish, PowerShell
     pretty_exceptions_enable=False,
 )
 
