@@ -35,13 +35,16 @@ def _digest(data: bytes) -> str:
 def module_file(module_name: str) -> Path | None:
     """The ``.py`` file ``module_name`` would be imported from here (parents imported, the module
     not run; the cwd counts as ``load_entry_point`` counts it), or None (none, or not source)."""
+    added = os.getcwd() not in sys.path and "" not in sys.path
+    if added:
+        sys.path.append(os.getcwd())  # only while looking: this process's path stays as it was
     try:
         spec = importlib.util.find_spec(module_name)
-        if spec is None and os.getcwd() not in sys.path and "" not in sys.path:
-            sys.path.append(os.getcwd())
-            spec = importlib.util.find_spec(module_name)
     except (ImportError, ValueError):
         return None
+    finally:
+        if added:
+            sys.path.remove(os.getcwd())
     origin = getattr(spec, "origin", None)
     return Path(origin) if origin and origin.endswith(".py") else None
 
