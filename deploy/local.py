@@ -21,6 +21,7 @@ import distributed.deploy.subprocess
 from distributed import LocalCluster, Nanny, Scheduler, SpecCluster
 from distributed.deploy.subprocess import SubprocessCluster
 
+from deploy.worker_env import conceal_secrets, worker_environ
 from elastic_tasks.devices import GPU_RESOURCE, cuda_worker_env
 
 
@@ -78,6 +79,7 @@ def local_gpu_cluster(
     """
     if not (isinstance(n_workers, int) and n_workers >= 1):
         raise ValueError(f"n_workers={n_workers!r}: must be a positive integer")
+    conceal_secrets()  # nannies here spawn (and restart) workers that inherit the C environment
     visible = visible_cuda_devices()
     if visible:
         return local_cuda_cluster(n_workers, visible, threads_per_worker=threads_per_worker, memory_limit=memory_limit, env=env)
@@ -111,6 +113,7 @@ def local_cuda_cluster(
 ) -> SpecCluster:
     """One worker per GPU, each started seeing its own device first; dask-cuda's when installed."""
     worker_envs = cuda_worker_env(visible, n_workers)  # raises, naming n_workers, if GPUs are short
+    conceal_secrets()  # nannies here spawn (and restart) workers that inherit the C environment
     with dask.config.set(_worker_config(env)):
         try:
             from dask_cuda import LocalCUDACluster  # the [gpu] extra; imported only where CUDA is present
@@ -170,6 +173,7 @@ def local_cluster(workers: int, *, memory_limit: str | int = 0, dashboard: bool 
     """
     if not (isinstance(workers, int) and workers >= 1):
         raise ValueError(f"workers={workers!r}: must be a positive integer")
+    conceal_secrets()
     visible = visible_cuda_devices() if visible is None else visible
     if visible:
         return local_cuda_cluster(workers, visible, memory_limit=memory_limit)
@@ -200,6 +204,8 @@ class _SpawnInOwnGroup:
 
     @staticmethod
     async def create_subprocess_exec(*args: object, **kwargs: object) -> asyncio.subprocess.Process:
+        # The scheduler and workers start without the service's secrets (deploy/worker_env.py).
+        kwargs.setdefault("env", worker_environ())
         return await asyncio.create_subprocess_exec(*args, process_group=0, **kwargs)
 
 

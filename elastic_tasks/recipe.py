@@ -24,6 +24,8 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset, default_collate
 
+from elastic_tasks.code_version import refresh
+
 PRECISIONS = ("fp32", "bf16", "fp16")
 
 # ``make_optimizer``'s first parameter name says what it is given (``optimizer_input``).
@@ -242,7 +244,8 @@ def load_entry_point(spec: str) -> TrainingRecipe:
     if not sep or not module_name or not attr:
         raise EntryPointError(f"entrypoint={spec!r}: expected 'package.module:function'")
     try:
-        module = _import_from_path_or_cwd(module_name)
+        # Fresh: a long-lived worker runs the module as it is on disk now, not as first imported.
+        module = refresh(_import_from_path_or_cwd(module_name))
     except ImportError as exc:
         raise EntryPointError(f"entrypoint={spec!r}: cannot import module {module_name!r} ({exc})") from exc
     except Exception as exc:  # the user's module failed while importing: SyntaxError, anything at top level

@@ -208,10 +208,13 @@ def hpo_flow(hpo_file: str, workers: int | None = None, timeout_s: float = 1800.
             return _run_and_record(spec, settings, prediction, configs, tracker, guard, LiveSession(store_url, f"hpo:{spec.name}"), timeout_s)
         run_id = f"hpo-{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         run_dir = settings.state_dir.resolve() / "runs" / run_id
+        from service.tracking.experiment import artifact_root
+
         config = ServiceConfig(
             store_url=f"sqlite:///{run_dir / 'jobs.db'}", checkpoint_root=settings.checkpoint_location(run_id), policy=settings.policy,
             interval_s=settings.interval_s, react=True, poll_s=settings.service_poll_s, checkpoint_every=settings.checkpoint_every,
             tracking_uri=settings.resolved_tracking_uri, experiment=settings.experiment,
+            artifact_location=artifact_root(settings.resolved_tracking_uri, settings.state_dir),
         )  # fmt: skip
         with connect(settings.cluster.value, workers=settings.workers, address=settings.scheduler_address) as client:
             client.wait_for_workers(min(settings.workers, max(prediction.plan)), timeout=120)

@@ -28,10 +28,10 @@ from elastic_tasks.coordinator.job import JobCoordinator
 from elastic_tasks.coordinator.outcomes import JobResult
 from elastic_tasks.protocol import TrainConfig
 from elastic_tasks.recipe import load_entry_point
-from elastic_tasks.rank.state.elastic import read_checkpoint
 from flows.recording.artifacts import artifact_key
 from flows.plan_flow import plan_jobs
 from flows.profile_flow import profile_flow, profile_on_workers
+from flows.recording.models import register_model, save_model_dir
 from flows.recording.run_guard import RunGuard
 from flows.service_tasks import live_service
 from flows.config.settings import Settings, load_settings
@@ -49,6 +49,7 @@ class RetrainOutcome:
     eval_accuracy: float | None
     train_s: float
     model_uri: str | None
+    model_version: int | None = None  # in the registry, under the retrain's model name
 
 
 class NoGpuWorkersError(RuntimeError):
@@ -110,20 +111,6 @@ def step_points(result: JobResult) -> list[MetricPoint]:
     return points
 
 
-def save_model_dir(entrypoint: str, checkpoint_dir: Path | str, out: Path) -> Path:
-    """The final checkpoint's weights in the recipe's model, saved in MLflow's pytorch format."""
-    import mlflow.pytorch
-
-    recipe = load_entry_point(entrypoint)
-    model = recipe.build_model()
-    payload = read_checkpoint(checkpoint_dir)  # a path or a URL (s3://…): where the ranks wrote it
-    model.load_state_dict(payload["model"])
-    model.eval()
-    # "pickle": the default "pt2" needs an input example to trace; a recipe need not give one.
-    mlflow.pytorch.save_model(model, str(out), serialization_format="pickle", pip_requirements=[f"torch=={torch.__version__.split('+')[0]}"])
-    return out
-
-
 def _kube(settings: Settings, workers: int) -> KubeSpec:
     return kube_spec(settings, workers)
 
@@ -140,11 +127,13 @@ def retrain_flow(
     timeout_s: float = 1800.0,
     job_name: str | None = None,
     priority: str | int = "default",
+    model_name: str | None = None,
 ) -> RetrainOutcome:
     """Retrain one model elastically on the workers available and log it to MLflow.
 
     ``priority``: the job's class on a team's service (``nightly`` for the scheduled deployment:
-    its team's GPUs go to it first; ``allocator.fairness.priority``); alone it runs on what is free."""
+    its team's GPUs go to it first; ``allocator.fairness.priority``); alone it runs on what is free.
+    ``model_name``: the registered model a finished retrain adds a version to (default: the job's name)."""
     settings = load_settings(workers=workers, policy=policy)
     if epochs <= 0:
         raise ValueError(f"epochs={epochs!r}: must be > 0")
@@ -161,7 +150,7 @@ def retrain_flow(
         # the service refits the model from the job's own steps as it trains.
         profile = profile_flow(entrypoint, batch_sizes=batches)
         spec = JobSpec(id=job_id, workload=entrypoint, total_samples=total, min_batch=min_batch, max_batch=max_batch, max_gpus=settings.workers, profile=profile, priority=level)
-        return _retrain_through_service(store_url, spec, tracker, timeout_s, epochs)
+        return _retrain_through_service(store_url, spec, tracker, timeout_s, epochs, model_name or job_id, settings.resolved_tracking_uri)
     # The guard ends the run FAILED/KILLED if training raises or is interrupted (never left RUNNING).
     with RunGuard(tracker) as guard, connect(settings.cluster.value, workers=settings.workers, address=settings.scheduler_address, kube=_kube(settings, settings.workers)) as client:
         available = wait_for_workers(client, 1 if settings.cluster.value != "local" else settings.workers)
@@ -191,6 +180,7 @@ def retrain_flow(
             tracker.log_artifacts(run, save_model_dir(entrypoint, checkpoint_dir, Path(tmp) / "model"), "model")
         run_id = tracker.run_id(run)
         model_uri = f"runs:/{run_id}/model" if run_id else None
+    version = register_model(settings.resolved_tracking_uri, run_id, model_name or job_id) if model_uri and tracker.flush() else None
     guard.end_run(run, "FINISHED" if result.finished else "FAILED")
     create_table_artifact(
         key=artifact_key("retrain", job_id),
@@ -203,10 +193,10 @@ def retrain_flow(
     )
     if not result.finished:
         raise RuntimeError(f"job {job_id}: training did not finish")
-    return RetrainOutcome(run, share.gpus, share.global_batch, result.steps, result.samples_seen, result.final_loss, result.eval_accuracy, train_s, model_uri)
+    return RetrainOutcome(run, share.gpus, share.global_batch, result.steps, result.samples_seen, result.final_loss, result.eval_accuracy, train_s, model_uri, version)
 
 
-def _retrain_through_service(store_url: str, spec: JobSpec, tracker, timeout_s: float, epochs: float) -> RetrainOutcome:  # noqa: ANN001
+def _retrain_through_service(store_url: str, spec: JobSpec, tracker, timeout_s: float, epochs: float, model_name: str, tracking_uri: str) -> RetrainOutcome:  # noqa: ANN001
     """Submit the retraining job to the running service, wait, then log the model from its checkpoint."""
     from flows.service_tasks import submit_job, wait_for_jobs
     from service.client import ServiceClient
@@ -233,7 +223,8 @@ def _retrain_through_service(store_url: str, spec: JobSpec, tracker, timeout_s: 
                 tracker.log_artifacts(run, save_model_dir(spec.workload, row.checkpoint_dir, Path(tmp) / "model"), "model")
             run_id = tracker.run_id(run)
             model_uri = f"runs:/{run_id}/model" if run_id else None
+        version = register_model(tracking_uri, run_id, model_name) if model_uri and tracker.flush() else None
         guard.end_run(run, "FINISHED" if finished else "FAILED")
     if not finished:
         raise RuntimeError(f"job {spec.id} ({job}) {row.state.value}" + (f": {row.error}" if row.error else ""))
-    return RetrainOutcome(run, gpus, batch, 0, int(row.samples_done), None, None, train_s, model_uri)
+    return RetrainOutcome(run, gpus, batch, 0, int(row.samples_done), None, None, train_s, model_uri, version)

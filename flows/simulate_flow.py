@@ -28,6 +28,7 @@ from flows.config.teams_file import load_teams_file
 from flows.recording.fairness_metrics import fairness_metrics
 from flows.recording.record import JobOutcome, RecordedRun, record_run
 from flows.config.settings import load_settings
+from flows.prefect_runs import in_flow_run, step
 from flows.recording.tracking import tracker_from_settings
 
 
@@ -98,16 +99,16 @@ def simulate_flow(
     shares), and the parent run records how fair it was (``fairness_*``, ``team.<name>.*``).
     """
     settings = load_settings(policy=policy, interval_s=interval_s, overflow=overflow)
-    jobs, file_gpus, file_policy = load_jobs(jobs_file) if parsed is None else (parsed.jobs, parsed.gpus, parsed.policy)
+    jobs, file_gpus, file_policy = step(load_jobs)(jobs_file) if parsed is None else (parsed.jobs, parsed.gpus, parsed.policy)
     capacity = gpus or file_gpus or settings.workers
     chosen = policy or file_policy or settings.policy
     loop_settings = LoopSettings(interval_s=settings.interval_s, overflow=OverflowMode(settings.overflow), react_to_events=react)
     start_ms = int(time.time() * 1000)
     teams = None if teams_file is None else load_teams_file(teams_file)
-    result, fairness = simulate_loop(jobs, chosen, capacity, loop_settings, in_place_cost_s, start_cost_s, (checkpoint_s, checkpoint_every), teams)
+    result, fairness = step(simulate_loop)(jobs, chosen, capacity, loop_settings, in_place_cost_s, start_cost_s, (checkpoint_s, checkpoint_every), teams)
     name = run_name or f"simulate-{Path(jobs_file).stem}-{chosen}"
     physics = physics_of(jobs).value  # goodput when any job carries a noise scale (allocator.simulator.run)
-    recorded = record_simulation(
+    recorded = step(record_simulation)(
         name, result, jobs, start_ms, {
             "jobs_file": str(jobs_file), "in_place_cost_s": in_place_cost_s, "start_cost_s": start_cost_s, "physics": physics,
             **({"teams_file": teams_file} if teams_file else {}),
@@ -117,17 +118,18 @@ def simulate_flow(
         },
         fairness,
     )  # fmt: skip
-    publish_results(
-        "simulate",
-        result,
-        recorded.outcomes,
-        summary_markdown(
-            f"Simulated {Path(jobs_file).name} under {chosen} on {capacity} GPUs",
+    if in_flow_run():  # Prefect artifacts belong to a flow run (flows/prefect_runs.py)
+        publish_results(
+            "simulate",
+            result,
             recorded.outcomes,
-            [
-                f"MLflow parent run `{recorded.parent_run}`",
-                f"{physics} physics: avg JCT {recorded.metrics.avg_jct_s or 0:.1f} s, rescales {recorded.metrics.rescales}",
-            ],
-        ),
-    )
+            summary_markdown(
+                f"Simulated {Path(jobs_file).name} under {chosen} on {capacity} GPUs",
+                recorded.outcomes,
+                [
+                    f"MLflow parent run `{recorded.parent_run}`",
+                    f"{physics} physics: avg JCT {recorded.metrics.avg_jct_s or 0:.1f} s, rescales {recorded.metrics.rescales}",
+                ],
+            ),
+        )
     return SimulateOutcome(result, recorded)

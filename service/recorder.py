@@ -71,15 +71,17 @@ class StoreRecorder:
             return
         if t.phase is JobState.RUNNING:
             row = self.store.job(t.job_id)
+            version = _code_version(row)
             run_id = self.tracking.job_run(
-                t.job_id, row.name, row.mlflow_run_id, {**row.spec, "submitter": row.submitter, **self._team(t.job_id)}, parent=row.mlflow_parent_run_id, submitter=row.submitter
+                t.job_id, row.name, row.mlflow_run_id, {**row.spec, "submitter": row.submitter, **self._team(t.job_id)}, parent=row.mlflow_parent_run_id, submitter=row.submitter,
+                tags={"malleable.code_version": version} if version else None,
             )
             # A new run's id is written by the tracking thread once MLflow made it (``on_run``):
             # only a known id is written here, never a None over one that arrived first.
             known = {"mlflow_run_id": run_id} if run_id else {}
             self.store.set_state(
                 t.job_id, state, only_from=RESUMABLE, attempts=schema.jobs.c.attempts + 1,
-                checkpoint_dir=self.checkpoint_dir_of(t.job_id), error=None, **known,
+                checkpoint_dir=self.checkpoint_dir_of(t.job_id), error=None, code_version=version, **known,
             )  # fmt: skip
             self.say(f"{t.job_id} ({shown(row.name)}) running" + (f", resumed (attempt {row.attempts + 1})" if row.attempts else ""))
             return
@@ -103,7 +105,8 @@ class StoreRecorder:
             # The same end values a job of `malleable run` gets (final_*, jct_s, rescales, ...).
             row = self.store.job(t.job_id)
             self.tracking.job_final(t.job_id, service_job_metrics(row, self.store.allocations(t.job_id), result), int(time.time() * 1000))
-        self.tracking.job_ended(t.job_id, _MLFLOW_END[t.phase])
+        schedule = _schedule_csv(self.store.allocations(t.job_id)) if self.tracking.enabled else ""
+        self.tracking.job_ended(t.job_id, _MLFLOW_END[t.phase], error=t.detail if t.phase is JobState.FAILED else None, texts={"schedule.csv": schedule} if schedule else None)
         self.say(f"{t.job_id} {state.value}" + (f": {shown(t.detail, ERROR_CHARS)}" if t.detail else ""))
 
     def _wall_split(self, job_id: str) -> WallSplit | None:
@@ -138,6 +141,30 @@ class StoreRecorder:
     def _team(self, job_id: str) -> dict[str, str]:
         team = self.team_of.get(job_id)
         return {} if team is None else {"team": team}
+
+
+def _schedule_csv(rows) -> str:
+    """The job's generations as a CSV artifact: when (seconds since its first start), GPUs, global
+    batch, how it began, and the model's and the measured samples/s."""
+    if not rows:
+        return ""
+    t0 = rows[0].time
+    lines = ["t_s,gpus,batch,kind,predicted_samples_per_s,measured_samples_per_s"]
+    for r in rows:
+        rates = ("" if v is None else f"{v:.6g}" for v in (r.predicted_samples_per_s, r.measured_samples_per_s))
+        lines.append(",".join([f"{r.time - t0:.3f}", str(r.gpus), str(r.batch), r.kind, *rates]))
+    return "\n".join(lines) + "\n"
+
+
+def _code_version(row) -> str | None:
+    """The job's code as it starts (its ranks load that file fresh: elastic_tasks.code_version)."""
+    from elastic_tasks.code_version import code_version
+    from elastic_tasks.workloads import resolve_workload
+
+    try:
+        return code_version(resolve_workload(row.spec["workload"], row.id))
+    except (KeyError, ValueError):
+        return None
 
 
 def _metric_name(text: str) -> str:

@@ -52,6 +52,10 @@ class ServiceConfig:
     lease_ttl_s: float = 10.0
     tracking_uri: str | None = None
     experiment: str = "malleable"
+    # The experiment's artifact root if this service creates it (service.tracking.experiment.artifact_root).
+    artifact_location: str | None = None
+    # Where the MLflow journal of a non-sqlite store lives (the state directory: a volume on Kubernetes).
+    state_dir: str | None = None
     # MALLEABLE_ALLOWED_ENTRYPOINTS as patterns; None: any module may run.
     allowed_entrypoints: tuple[str, ...] | None = None
     trust_measurements: bool = True  # the loop trusts what jobs measured over the model (allocator.profiles.measured)
@@ -148,7 +152,8 @@ class Service:
         tracking = ServiceTracking(
             cfg.tracking_uri, cfg.experiment, warn=self.say, job_tags={"malleable.policy": cfg.policy},
             on_run=lambda job_id, run_id: self.store.update_job(job_id, mlflow_run_id=run_id),
-            journal=service_journal(cfg.store_url),  # what MLflow cannot take now waits there, for this service or the next
+            journal=service_journal(cfg.store_url, cfg.state_dir),  # what MLflow cannot take now waits there, for this service or the next
+            artifact_location=cfg.artifact_location,
         )  # fmt: skip
         executor: DaskExecutor | None = None
         feed: StoreFeed | None = None

@@ -19,7 +19,8 @@ def test_idle_nodes_json_reports_every_policy(tmp_path) -> None:
     out = json.loads(result.output)
     assert [r["policy"] for r in out["results"]] == ["idle_nodes_milp", "idle_nodes_greedy", "idle_nodes_fifo"]
     assert all(0 < r["utilisation"] <= 1.0 for r in out["results"])
-    again = runner.invoke(app, ["idle-nodes", "--trace", str(saved), "--policy", "idle_nodes_fifo", "--trainers", "3", "--json"])
+    # --format json: the spelling every listing command takes (issue 35.8)
+    again = runner.invoke(app, ["idle-nodes", "--trace", str(saved), "--policy", "idle_nodes_fifo", "--trainers", "3", "--format", "json"])
     assert again.exit_code == 0
     fifo = [r for r in out["results"] if r["policy"] == "idle_nodes_fifo"][0]
     assert json.loads(again.output)["results"][0]["utilisation"] == fifo["utilisation"]
@@ -28,7 +29,7 @@ def test_idle_nodes_json_reports_every_policy(tmp_path) -> None:
 def test_idle_nodes_bad_input_exits_2_with_one_line(tmp_path) -> None:
     bad = tmp_path / "bad.csv"
     bad.write_text("time_s,node,state\n1,n0,maybe\n")
-    for args in (["--trace", str(bad)], ["--policy", "elastic_dp"], ["--workload", "x"], ["--trainers", "0"]):
+    for args in (["--trace", str(bad)], ["--policy", "elastic_dp"], ["--workload", "x"], ["--trainers", "0"], ["--format", "xml"]):
         result = runner.invoke(app, ["idle-nodes", *args])
         assert result.exit_code == 2, (args, result.output)
         assert "Traceback" not in result.output

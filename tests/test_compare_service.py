@@ -85,3 +85,16 @@ def test_jobs_and_a_time_window_select_and_nothing_found_is_one_line(recorded):
     assert none.exit_code == 1 and none.output.count("\n") == 1 and "carol@lab" in none.output, none.output
     bad = runner.invoke(app, ["compare", "--since", "yesterday-ish", "--out", str(recorded / "b.png")])
     assert bad.exit_code == 2 and "--since='yesterday-ish'" in bad.output and "Traceback" not in bad.output
+
+
+def test_a_plain_name_selects_its_submitters_jobs(recorded):
+    """Issue 35.8: `--submitter alice` finds what `malleable jobs` shows as "alice@lab" (sqlite) or
+    "alice (alice@laptop)" (PostgreSQL's role first), and nobody else's."""
+    from flows.recording.service_selection import submitter_matches
+
+    result = CliRunner(env={"COLUMNS": "200"}).invoke(app, ["compare", "--submitter", "alice", "--out", str(recorded / "plain.png")])
+    assert result.exit_code == 0, result.output
+    assert "jobs of alice: 2 service job run(s)" in result.output
+    assert submitter_matches("alice (alice@laptop)", "alice") and submitter_matches("alice@lab", "alice")
+    assert not submitter_matches("alicia@lab", "alice") and not submitter_matches("bob (alice@laptop)", "alice")
+    assert not submitter_matches("alice (x@y)", "alice (other@y)")

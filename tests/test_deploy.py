@@ -74,7 +74,7 @@ def test_mlflow_manifest_has_database_backend_and_artifact_store():
 def test_prefect_worker_polls_the_process_pool_of_prefect_yaml():
     docs = [d for d in yaml.safe_load_all((ROOT / "deploy" / "k8s" / "prefect-worker.yaml").read_text()) if d]
     worker = next(d for d in docs if d["kind"] == "Deployment")
-    command = _containers(worker)[0]["command"]
+    command = _containers(worker)[0]["args"]
     pool = command[command.index("--pool") + 1]
     project = yaml.safe_load((ROOT / "prefect.yaml").read_text())
     assert {d["work_pool"]["name"] for d in project["deployments"]} == {pool}

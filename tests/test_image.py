@@ -84,8 +84,9 @@ def test_the_dockerfile_installs_the_built_wheel_not_a_list_of_folders():
     text = "\n".join(lines)
     assert "python -m build" in text and ".whl" in text
     copies = [line for line in lines if line.startswith("COPY ")]
-    # One COPY of the build context into the build stage; the run stage takes only the built packages.
-    assert copies == ["COPY . .", "COPY --from=package /dist /dist"], copies
+    # One COPY of the build context into the build stage; the run stage takes only the built
+    # packages and the lock they install against (issue 35.6).
+    assert copies == ["COPY . .", "COPY --from=package /dist /dist", "COPY --from=package /src/deploy/requirements.lock /tmp/requirements.lock"], copies
 
 
 @pytest.mark.slow

@@ -270,3 +270,86 @@ def test_the_service_pods_probe_follows_the_store_lease(tmp_path, monkeypatch, c
     probe = next(d for d in _all_docs() if d["kind"] == "Deployment" and d["metadata"]["name"] == "malleable-service")
     container = probe["spec"]["template"]["spec"]["containers"][0]
     assert container["livenessProbe"]["exec"]["command"] == ["python", "-m", "flows.lease_probe"]
+
+
+def test_the_team_service_sets_an_entry_point_allow_list_and_gpu_pods_never_see_the_store(monkeypatch):
+    from service.jobs.entrypoints import parse_patterns
+
+    # Issue 35.1: the committed settings limit what a store writer can make the pods import ...
+    assert parse_patterns(SETTINGS.get("MALLEABLE_ALLOWED_ENTRYPOINTS")), SETTINGS
+    # ... and the store's URL (a password) reaches no pod the service starts: neither a value
+    # in their environment nor the Secret that holds it.
+    monkeypatch.setenv("MALLEABLE_JOB_STORE", "postgresql+psycopg://svc:hunter2@db/x")
+    cluster = _team_cluster(monkeypatch)
+    text = yaml.safe_dump(cluster)
+    assert "hunter2" not in text and "MALLEABLE_JOB_STORE" not in text and "malleable-job-store" not in text
+
+
+# -- issue 35.6: what a platform engineer hit first ---------------------------------------------
+
+
+def _deployment(name: str) -> dict:
+    return next(d for d in _all_docs() if d["kind"] in ("Deployment", "StatefulSet") and d["metadata"]["name"] == name)
+
+
+def test_malleable_containers_keep_the_images_tini_entrypoint():
+    """`command:` would replace the image's ENTRYPOINT (tini): PID 1 would be Python, which
+    neither reaps zombies nor (for prefect's worker) forwards SIGTERM to its flow runs."""
+    dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
+    assert re.search(r'^ENTRYPOINT \["tini", "--"\]', dockerfile, re.M)
+    ours = [c for d in _all_docs() for pod in _pods(d) for c in pod["containers"] if "registry.example.com/malleable/" in c["image"]]
+    assert len(ours) == 3
+    assert [c["name"] for c in ours if "command" in c or not c.get("args")] == []
+
+
+def test_the_prefect_worker_has_time_to_stop_and_the_lease_probe_time_to_answer():
+    worker = _deployment("prefect-worker")["spec"]["template"]["spec"]
+    service = _deployment("malleable-service")["spec"]["template"]["spec"]
+    assert worker.get("terminationGracePeriodSeconds", 30) >= service["terminationGracePeriodSeconds"]
+    for probe in ("startupProbe", "livenessProbe"):
+        # the lease probe took 1.6-1.9 s (a Python start); Kubernetes' default timeout is 1 s
+        assert service["containers"][0][probe].get("timeoutSeconds", 1) >= 5, probe
+
+
+def test_the_prefect_server_is_reachable_under_the_default_deny():
+    policies = [d["spec"] for d in _all_docs() if d["kind"] == "NetworkPolicy"]
+    worker = _deployment("prefect-worker")["spec"]["template"]["spec"]["containers"][0]
+    api = next(e["value"] for e in worker["env"] if e["name"] == "PREFECT_API_URL")
+    port = int(api.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
+    rules = [p for p in policies if "prefect-server" in str(p["podSelector"])]
+    assert rules and any(port in [q["port"] for q in r.get("ports", [])] and {"podSelector": {}} in r["from"] for p in rules for r in p["ingress"])
+
+
+def test_every_claim_names_its_storage_class():
+    claims = [d for d in _all_docs() if d["kind"] == "PersistentVolumeClaim"]
+    assert claims and [d["metadata"]["name"] for d in claims if not d["spec"].get("storageClassName")] == []
+
+
+def test_set_image_reaches_the_images_the_service_hands_the_dask_operator():
+    config = yaml.safe_load((ROOT / "deploy" / "k8s" / "kustomizeconfig.yaml").read_text())
+    kustomization = yaml.safe_load((ROOT / "deploy" / "k8s" / "kustomization.yaml").read_text())
+    assert "kustomizeconfig.yaml" in kustomization["configurations"]
+    paths = {(f["kind"], f["path"]) for f in config["images"]}
+    assert {("ConfigMap", "data/MALLEABLE_KUBE_IMAGE"), ("ConfigMap", "data/MALLEABLE_KUBE_GPU_IMAGE")} <= paths
+    # The CPU and CUDA builds differ in repository name, so one `set image` each (digests differ).
+    repository = lambda image: image.split("@")[0].rsplit(":", 1)[0]  # noqa: E731
+    assert repository(SETTINGS["MALLEABLE_KUBE_IMAGE"]) != repository(SETTINGS["MALLEABLE_KUBE_GPU_IMAGE"])
+    assert SETTINGS["MALLEABLE_KUBE_IMAGE"] == _deployment("malleable-service")["spec"]["template"]["spec"]["containers"][0]["image"]
+
+
+def test_gpu_workers_and_the_database_have_disruption_budgets():
+    budgets = [d["spec"] for d in _all_docs() if d["kind"] == "PodDisruptionBudget"]
+    selected = [b["selector"]["matchLabels"] for b in budgets]
+    assert {"dask.org/component": "worker"} in selected and {"app": "mlflow-db"} in selected
+    assert all(b.get("maxUnavailable") == 1 for b in budgets)
+
+
+def test_the_service_journal_lives_in_the_state_directory(tmp_path):
+    from service.tracking.service_runs import service_journal
+
+    state = SETTINGS["MALLEABLE_STATE_DIR"]
+    mounts = {m["mountPath"] for m in _deployment("malleable-service")["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]}
+    claim_mount = next(m for m in mounts if state.startswith(m))  # the state directory is on a mounted claim
+    assert claim_mount != "/tmp"
+    journal = service_journal("postgresql+psycopg://svc@db/x", state)
+    assert str(journal).startswith(state + "/")

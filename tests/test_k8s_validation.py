@@ -17,7 +17,7 @@ kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="the tes
 ROOT = Path(__file__).resolve().parents[1]
 K8S_VERSION = "1.33"  # a supported release; the schemas come with the package, no network
 # Kubernetes objects; kustomization.yaml is kustomize's own file (checked for what it lists below).
-MANIFESTS = sorted(p for p in (ROOT / "deploy" / "k8s").glob("*.yaml") if p.name != "kustomization.yaml")
+MANIFESTS = sorted(p for p in (ROOT / "deploy" / "k8s").glob("*.yaml") if p.name not in ("kustomization.yaml", "kustomizeconfig.yaml"))
 
 # Restricted profile: volume types allowed, capabilities that may be added, seccomp types.
 ALLOWED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"}
@@ -95,7 +95,7 @@ def test_manifests_match_the_kubernetes_schemas(manifest):
 
 
 # The manifests that run pods (the others hold settings, claims and policies).
-WORKLOAD_MANIFESTS = [m for m in MANIFESTS if m.name not in ("settings.yaml", "storage.yaml", "network-policy.yaml")]
+WORKLOAD_MANIFESTS = [m for m in MANIFESTS if m.name not in ("settings.yaml", "storage.yaml", "network-policy.yaml", "disruption.yaml")]
 
 
 @pytest.mark.parametrize("manifest", WORKLOAD_MANIFESTS, ids=lambda p: p.name)
@@ -155,7 +155,7 @@ def test_mlflow_server_answers_in_cluster_host_names():
 def test_prefect_worker_has_a_health_check():
     worker = next(d for d in _docs(ROOT / "deploy" / "k8s" / "prefect-worker.yaml") if d["kind"] == "Deployment")
     container = worker["spec"]["template"]["spec"]["containers"][0]
-    assert "--with-healthcheck" in container["command"]
+    assert "--with-healthcheck" in container["args"]
     probe = container["livenessProbe"]["httpGet"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert probe["path"] == "/health" and ports[probe["port"]] == 8080  # Prefect's worker webserver port

@@ -104,14 +104,14 @@ def test_a_version_1_store_is_upgraded_in_place_keeping_its_jobs(store_url):
 
     upgraded = JobStore(store_url)
     with upgraded.engine.connect() as conn:
-        assert conn.exec_driver_sql("SELECT value FROM malleable_meta WHERE key = 'schema_version'").scalar() == "4"
+        assert conn.exec_driver_sql("SELECT value FROM malleable_meta WHERE key = 'schema_version'").scalar() == str(schema.SCHEMA_VERSION)
     row = upgraded.job(job)
     assert (row.name, row.submitter, row.total_samples, row.state) == ("kept", as_recorded(store_url, "old"), 321, JobState.QUEUED)
     assert (row.steps, row.final_loss, row.eval_loss) == (None, None, None)
     assert upgraded.set_state(job, JobState.FINISHED, steps=7, first_loss=2.5, final_loss=0.5, eval_loss=0.75)
     row = upgraded.job(job)
     assert (row.steps, row.first_loss, row.final_loss, row.eval_loss) == (7, 2.5, 0.5, 0.75)
-    JobStore(store_url)  # opening it again finds version 4: nothing to do, nothing refused
+    JobStore(store_url)  # opening it again finds the current version: nothing to do, nothing refused
 
 
 def test_a_version_2_store_gains_the_wall_split_and_the_per_generation_rates(store_url):
@@ -272,3 +272,19 @@ def test_postgres_submission_is_committed_and_notified_once_when_submit_returns(
         store.close()
     finally:
         drop_postgres(url)
+
+
+def test_a_version_4_store_gains_the_code_version(store_url):
+    """Version 5 records which code a job started with (issue 35.2); a version-4 store keeps its jobs."""
+    store = JobStore(store_url)
+    job = ServiceClient(store, submitter="old").submit(job_entry("kept", samples=321)).job_id
+    with store.engine.begin() as conn:  # what version 4 looked like
+        conn.exec_driver_sql("ALTER TABLE malleable_jobs DROP COLUMN code_version")
+        conn.execute(update(schema.meta).where(schema.meta.c.key == "schema_version").values(value="4"))
+    store.close()
+
+    upgraded = JobStore(store_url)
+    row = upgraded.job(job)
+    assert (row.name, row.total_samples, row.code_version) == ("kept", 321, None)
+    assert upgraded.set_state(job, JobState.RUNNING, code_version="sha256:" + "ab" * 32)
+    assert upgraded.job(job).code_version == "sha256:" + "ab" * 32

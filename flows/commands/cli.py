@@ -12,8 +12,13 @@ from __future__ import annotations
 import importlib
 import sys
 
+from deploy.worker_env import conceal_secrets
 from flows.commands.shared import stop_latch
 
+# First of all (stdlib only): no child of this process (Dask workers running submitted code,
+# Prefect's server) inherits the store's or the tracking server's credentials, and
+# /proc/<this pid>/environ stops showing them (deploy/worker_env.py).
+conceal_secrets()
 # Before click and typer are imported: `malleable serve` handles SIGTERM from its first instant.
 stop_latch.arm(sys.argv)
 from dataclasses import dataclass
@@ -108,7 +113,7 @@ app = typer.Typer(
     cls=LazyGroup,
     help="Elastic deep-learning training: profile, plan, simulate, train and record.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish, PowerShell
     pretty_exceptions_enable=False,
 )
 

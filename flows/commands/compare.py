@@ -51,7 +51,7 @@ def compare(
     last: Annotated[int, typer.Option("--last", "-n", help="How many of the latest runs, when no ids are given.")] = 2,
     out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the PNG.")] = Path("out/compare.png"),
     jobs: Annotated[list[str] | None, typer.Option("--jobs", help="Service jobs by id or name, comma-separated; one column per --jobs.")] = None,
-    submitter: Annotated[list[str] | None, typer.Option("--submitter", help="Service jobs of a submitter (as `malleable jobs` shows it); one column each.")] = None,
+    submitter: Annotated[list[str] | None, typer.Option("--submitter", help="Service jobs of a submitter: as `malleable jobs` shows it, or its name alone ('alice' for 'alice (alice@laptop)'); one column each.")] = None,
     since: Annotated[str | None, typer.Option("--since", help="Service jobs submitted since: 30m, 2h, 1d ago or a date/time.")] = None,
     until: Annotated[str | None, typer.Option("--until", help="Service jobs submitted before: a duration ago or a date/time.")] = None,
     experiment: Annotated[str | None, typer.Option("--experiment", "-e", help="MLflow experiment to look in (default MALLEABLE_EXPERIMENT).")] = None,

@@ -25,9 +25,15 @@ def idle_nodes_command(
     formulation: Annotated[str, typer.Option(help="MILP formulation: count (fast) or node (the paper's x_jn).")] = "count",
     time_limit: Annotated[float, typer.Option(help="MILP time limit per solve, seconds.")] = 10.0,
     save_trace: Annotated[Path | None, typer.Option(help="Write the (generated) trace to this CSV.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table (as --format json).")] = False,
+    fmt: Annotated[str, typer.Option("--format", help="table or json (the same option as every listing command).")] = "table",
 ) -> None:
     """Replay idle nodes under each policy and report U = A_e / A_s, throughput, rescales and solve times."""
+    if fmt not in ("table", "json"):
+        from flows.commands.shared.console import fail
+
+        fail(f"--format={fmt!r}: must be table or json")
+    as_json = as_json or fmt == "json"
     replay_idle_nodes(
         trace=trace, policy=policy, nodes=nodes, hours=hours, seed=seed, trainers=trainers, workload=workload, t_fwd=t_fwd,
         up_s=up_s, down_s=down_s, objective=objective, formulation=formulation, time_limit=time_limit, save_trace=save_trace,

@@ -20,6 +20,7 @@ def retrain(
     max_batch: Annotated[int, typer.Option("--max-batch", help="Largest global batch the plan may pick.")] = 256,
     workers: Annotated[int | None, typer.Option("--workers", "-w", help="(Virtual) GPU workers (default MALLEABLE_WORKERS).")] = None,
     policy: Annotated[str | None, typer.Option("--policy", "-p", help="Policy (default MALLEABLE_POLICY).")] = None,
+    model_name: Annotated[str | None, typer.Option("--model-name", help="Registered model the trained model becomes a new version of (default: the recipe's name).")] = None,
 ) -> None:
     """Retrain one model elastically and log metrics and the model to MLflow."""
     settings = settings_or_fail(workers=workers, policy=policy)
@@ -27,6 +28,8 @@ def retrain(
         fail(f"--epochs={epochs}: must be a finite number > 0")
     if not (0 < min_batch <= max_batch):
         fail(f"min_batch={min_batch}, max_batch={max_batch}: need 0 < min_batch <= max_batch")
+    if model_name is not None and not model_name.strip():
+        fail(f"--model-name={model_name!r}: must not be empty")
     try:
         if policy is not None:
             parse_policy(policy).build()
@@ -40,9 +43,9 @@ def retrain(
     from flows.retrain_flow import retrain_flow
 
     try:
-        out = retrain_flow(entrypoint=entrypoint, epochs=epochs, min_batch=min_batch, max_batch=max_batch, workers=workers, policy=policy)
+        out = retrain_flow(entrypoint=entrypoint, epochs=epochs, min_batch=min_batch, max_batch=max_batch, workers=workers, policy=policy, model_name=model_name)
     except Exception as exc:
         fail(f"retrain failed: {type(exc).__name__}: {exc}", code=EXIT_FAILED)
     acc = "-" if out.eval_accuracy is None else f"{out.eval_accuracy:.3f}"
     console.print(f"retrained on {out.gpus} GPUs, global batch {out.global_batch}: {out.steps} steps in {out.train_s:.1f} s, eval accuracy {acc}")
-    console.print(f"model: [bold]{out.model_uri or 'buffered until MLflow is reachable'}[/]")
+    console.print(f"model: [bold]{out.model_uri or 'buffered until MLflow is reachable'}[/]" + (f", registered as version {out.model_version}" if out.model_version else ""))

@@ -52,11 +52,12 @@ def run(
     if not simulate:
         scheduler_or_fail(settings)  # an unreachable scheduler address: one line in seconds
     if simulate:
+        from flows.prefect_runs import record_in_prefect, run_flow
         from flows.simulate_flow import simulate_flow
 
         gpus = workers or spec.gpus or settings.workers
-        outcome = simulate_flow(
-            str(jobs_file), gpus=gpus, policy=policy, interval_s=interval, run_name=name, parsed=spec, teams_file=None if settings.teams is None else str(settings.teams)
+        outcome = run_flow(
+            simulate_flow, record_in_prefect(settings.prefect_runs), str(jobs_file), gpus=gpus, policy=policy, interval_s=interval, run_name=name, parsed=spec, teams_file=None if settings.teams is None else str(settings.teams)
         )
         console.print(outcome_table(f"{jobs_file.name}: simulated on {gpus} GPUs", outcome.outcomes))
         console.print(f"MLflow parent run [bold]{outcome.recorded.parent_run}[/]")

@@ -12,7 +12,7 @@ import typer
 
 from flows.commands.shared.common import settings_or_fail, store_or_fail
 from flows.commands.shared.tables import generations_table, jobs_table
-from flows.commands.shared.console import EXIT_FAILED, console, fail, print_raw
+from flows.commands.shared.console import EXIT_FAILED, EXIT_TIMEOUT, console, fail, print_raw
 
 
 def _read_store(settings, job_id: str | None = None):
@@ -51,6 +51,7 @@ def serve(
         fail(f"--policy={settings.policy!r}: idle-node policies need node names, which the service's workers do not expose; use `malleable idle-nodes` (or `simulate -p {settings.policy}`) for them")
     from flows.config.teams_file import load_teams_file
     from service.jobs.entrypoints import parse_patterns
+    from service.tracking.experiment import artifact_root
 
     try:  # the teams file before the store: a refused input leaves no store behind
         table = None if settings.teams is None else load_teams_file(settings.teams)
@@ -63,7 +64,7 @@ def serve(
             checkpoint_root=settings.checkpoint_location("service"),
             policy=settings.policy, interval_s=settings.interval_s, overflow=settings.overflow, react=settings.react,
             poll_s=settings.service_poll_s, checkpoint_every=settings.checkpoint_every, tracking_uri=settings.resolved_tracking_uri,
-            experiment=settings.experiment, allowed_entrypoints=parse_patterns(settings.allowed_entrypoints), teams=table,
+            experiment=settings.experiment, artifact_location=artifact_root(settings.resolved_tracking_uri, settings.state_dir), state_dir=str(settings.state_dir.resolve()), allowed_entrypoints=parse_patterns(settings.allowed_entrypoints), teams=table,
         )  # fmt: skip
     except ValueError as exc:
         fail(str(exc))
@@ -80,7 +81,8 @@ def serve(
         from rich.text import Text
 
         # A Text, not markup: a line may quote a job's name, which is a submitter's free text.
-        console.print(Text.assemble((time.strftime("%H:%M:%S"), "dim"), " ", line), highlight=False, soft_wrap=True)
+        # Dated: a service runs for days, and its log is read beside others.
+        console.print(Text.assemble((time.strftime("%Y-%m-%d %H:%M:%S"), "dim"), " ", line), highlight=False, soft_wrap=True)
 
     latch.watch(say, on_stop=lambda: None, on_fast_stop=lambda: service_box and service_box[0].fast_stop())
 
@@ -291,6 +293,7 @@ def wait(
     timeout: Annotated[float | None, typer.Option("--timeout", help="Seconds to wait at most.")] = None,
 ) -> None:
     """Wait until the jobs end; exit 0 only if all finished."""
+    # Exit 0: all finished; 1: one failed, was cancelled or dropped; 2: bad input; 3: --timeout ran out.
     from service.client import ServiceClient
     from service.display import ERROR_CHARS, shown
     from service.store import UnknownJobError
@@ -306,8 +309,8 @@ def wait(
         rows = client.wait(job_ids, timeout)
     except UnknownJobError as exc:
         fail(f"JOB_ID={exc.args[0]!r}: no such job in the store")
-    except TimeoutError as exc:
-        fail(str(exc), code=EXIT_FAILED)
+    except TimeoutError as exc:  # not a failed job: the jobs go on (exit codes: docs/service.md)
+        fail(str(exc), code=EXIT_TIMEOUT)
     print_raw("".join(f"{r.id}\t{r.state.value}" + (f"\t{shown(r.error, ERROR_CHARS)}" if r.error else "") + "\n" for r in rows))
     if any(r.state.value != "finished" for r in rows):
         raise typer.Exit(EXIT_FAILED)

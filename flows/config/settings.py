@@ -12,7 +12,7 @@ import re
 from enum import Enum
 from pathlib import Path
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from allocator.admission import OverflowMode
@@ -35,11 +35,22 @@ class SettingsError(ValueError):
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_file=".env", extra="ignore", frozen=True)
+    # populate_by_name: a CLI flag passes a field by its name even where the field has aliases.
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_file=".env", extra="ignore", frozen=True, populate_by_name=True)
 
     state_dir: Path = Field(Path(".malleable"), description="Where local state lives: MLflow sqlite, checkpoints, profile cache, metric buffer.")
-    tracking_uri: str | None = Field(None, description="MLflow tracking URI (default: sqlite:///<state_dir>/mlflow.db).")
-    experiment: str = Field("malleable", min_length=1, description="MLflow experiment name.")
+    # MLflow's own variables first, as every MLflow user expects; the project's as the fallback.
+    tracking_uri: str | None = Field(
+        None,
+        validation_alias=AliasChoices("MLFLOW_TRACKING_URI", "MALLEABLE_TRACKING_URI"),
+        description="MLflow tracking URI: MLFLOW_TRACKING_URI, else MALLEABLE_TRACKING_URI (default: sqlite:///<state_dir>/mlflow.db).",
+    )
+    experiment: str = Field(
+        "malleable",
+        min_length=1,
+        validation_alias=AliasChoices("MLFLOW_EXPERIMENT_NAME", "MALLEABLE_EXPERIMENT"),
+        description="MLflow experiment name: MLFLOW_EXPERIMENT_NAME, else MALLEABLE_EXPERIMENT.",
+    )
     checkpoint_dir: str | None = Field(
         None, description="Checkpoints: a path (a shared volume on a cluster) or an fsspec URL such as s3://bucket/malleable (default: <state_dir>/checkpoints)."
     )
@@ -72,6 +83,11 @@ class Settings(BaseSettings):
     teams: Path | None = Field(None, description="The service's teams file (YAML/JSON): each team's GPU quota or weight and members; unset: no fair sharing (docs/service.md, Teams).")
     gloo_socket_ifname: str | None = Field(None, description="Network interface gloo binds and connects on in multi-node jobs (GLOO_SOCKET_IFNAME on the workers), e.g. eth0.")
     nccl_socket_ifname: str | None = Field(None, description="Network interface nccl bootstraps on in multi-node jobs (NCCL_SOCKET_IFNAME on the workers), e.g. eth0 or ib0.")
+    prefect_runs: str = Field(
+        "auto",
+        pattern="^(auto|always|never)$",
+        description="Short commands (run --simulate) record a Prefect flow run: auto = where a Prefect API is configured (PREFECT_API_URL), always (starting Prefect's ephemeral API, ~8 s), never.",
+    )
     preflight: bool = Field(True, description="`malleable train` runs one step of the recipe on the ranks' device before any worker starts (false: skip it, e.g. a model that builds only where the ranks run).")
 
     @field_validator("policy")
@@ -172,10 +188,22 @@ def _one_line(exc: ValidationError, given: set[str]) -> str:
     if not field:  # a model-level rule; its message names the variables itself
         return msg
     # A value passed in (a CLI flag) is named as the field; one from the environment as its variable.
-    name = field if field in given else f"{ENV_PREFIX}{field.upper()}"
+    name = field if field in given else _variable(field)
     given_value = err.get("input")
     # A URL setting (a store, the tracking server, checkpoints) may carry a password.
     return f"{name}={redact_url(given_value) if isinstance(given_value, str) else given_value!r}: {msg}"
+
+
+def _variable(field: str) -> str:
+    """The environment variable a failing value came from. A field with aliases (MLflow's own
+    variable, then the project's) is reported under its first alias, whichever was set."""
+    import os
+
+    for info in Settings.model_fields.values():
+        choices = getattr(info.validation_alias, "choices", ())
+        if field in choices:
+            return next((c for c in choices if isinstance(c, str) and c in os.environ), field)
+    return f"{ENV_PREFIX}{field.upper()}"
 
 
 def load_settings(**overrides: object) -> Settings:

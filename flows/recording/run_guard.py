@@ -49,8 +49,11 @@ class RunGuard:
         if exc is None:
             return
         status = status_for(exc)
+        # What went wrong, on the run itself (issue 35.5): MLflow's limit on a tag's value.
+        error = f"{type(exc).__name__}: {exc}"[:5000]
         for run in reversed(self._open):  # children before their parent
             try:
+                self.tracker.set_tags(run, {"malleable.error": error})
                 self.tracker.end_run(run, status)
             except Exception as cleanup:  # noqa: BLE001 - the original error matters more
                 log.warning("could not mark MLflow run %s %s: %s", run, status, cleanup)

@@ -48,11 +48,31 @@ class Selection:
 
     def filter_string(self) -> str:
         parts = [f"tags.`malleable.kind` = '{SERVICE_JOB}'"]
-        if self.submitter is not None:
+        if self.submitter is not None and " (" in self.submitter:
             parts.append(f"tags.`malleable.submitter` = '{_quoted(self.submitter)}'")
+        elif self.submitter is not None:
+            # A plain name ("alice") also matches the store's "alice (alice@laptop)" (PostgreSQL
+            # records the role first); the exact identity is checked after the search (``select``).
+            parts.append(f"tags.`malleable.submitter` LIKE '{_quoted(_like_escaped(self.submitter))}%'")
         if self.until is not None:
             parts.append(f"attributes.start_time < {int(self.until * 1000)}")
         return " and ".join(parts)
+
+
+def _like_escaped(text: str) -> str:
+    # LIKE's wildcards in a name match themselves only after the exact check in ``select``.
+    return text.replace("%", "_")
+
+
+def submitter_matches(tag: str | None, wanted: str) -> bool:
+    """``wanted`` as shown ("alice (alice@laptop)", "alice@laptop"), or the plain name: the role
+    before " (" (PostgreSQL) or the user before "@" (sqlite's user@host)."""
+    if tag is None:
+        return False
+    if tag == wanted or " (" in wanted:
+        return tag == wanted
+    identity = tag.split(" (", 1)[0]
+    return identity == wanted or ("@" not in wanted and identity.split("@", 1)[0] == wanted)
 
 
 def _quoted(text: str) -> str:
@@ -101,6 +121,8 @@ def job_run(run) -> ServiceJobRun:  # noqa: ANN001 - an mlflow Run
 
 def select(client, experiment_ids: Sequence[str], selection: Selection) -> list[ServiceJobRun]:  # noqa: ANN001 - MlflowClient
     runs = client.search_runs(list(experiment_ids), filter_string=selection.filter_string(), max_results=5000)
+    if selection.submitter is not None:
+        runs = [r for r in runs if submitter_matches(r.data.tags.get("malleable.submitter"), selection.submitter)]
     jobs = [job_run(r) for r in runs]
     if selection.job_ids:
         wanted = set(selection.job_ids)

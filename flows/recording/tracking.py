@@ -81,9 +81,11 @@ def tracker_from_settings(settings: object, **kwargs: object) -> Tracker:
     from flows.config.settings import Settings
 
     assert isinstance(settings, Settings)
-    # With the embedded sqlite store, artifacts live beside it in the state directory rather
-    # than in ./mlruns of wherever the command ran.
-    artifacts = None if settings.tracking_uri else (settings.state_dir / "mlartifacts").resolve().as_uri()
+    from service.tracking.experiment import artifact_root
+
+    # Artifacts beside a sqlite store (or in the state directory), never in ./mlruns of wherever
+    # the command ran; a tracking server chooses its own.
+    artifacts = artifact_root(settings.resolved_tracking_uri, settings.state_dir)
     return Tracker(
         settings.resolved_tracking_uri,
         settings.experiment,

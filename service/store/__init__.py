@@ -57,6 +57,7 @@ def _row(r) -> JobRow:
         gpus=r.gpus, batch=r.batch, samples_done=r.samples_done, total_samples=r.total_samples, attempts=r.attempts,
         cancel_requested=r.cancel_requested, steps=r.steps, first_loss=r.first_loss, final_loss=r.final_loss,
         eval_loss=r.eval_loss, mlflow_parent_run_id=r.mlflow_parent_run_id, wall_split=json.loads(r.wall_split) if r.wall_split else None,
+        code_version=r.code_version,
     )  # fmt: skip
 
 

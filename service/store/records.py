@@ -65,6 +65,7 @@ class JobRow:
     eval_loss: float | None = None
     mlflow_parent_run_id: str | None = None
     wall_split: dict | None = None  # where a finished job's wall time went: seconds per named part (WallSplit as JSON)
+    code_version: str | None = None  # "sha256:<hex>" of the entry point's module file as the job last started
 
     def job_spec(self) -> JobSpec:
         """The stored job, whole, as the loop takes it; ValueError naming the field for a row that

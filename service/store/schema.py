@@ -14,7 +14,8 @@ from sqlalchemy import Boolean, Column, Float, Index, Integer, MetaData, String,
 # jobs-file entry. No column changed: rows written before are upgraded as they are read
 # (service.jobs.jobspec.stored_record); the version tells an older malleable, which could not
 # read the new rows, to refuse the store rather than fail its jobs.
-SCHEMA_VERSION = 4
+# 5: `code_version`, the SHA-256 of the entry point's module file a job last started with (issue 35.2).
+SCHEMA_VERSION = 5
 
 metadata = MetaData()
 
@@ -58,6 +59,8 @@ jobs = Table(
     Column("mlflow_parent_run_id", String(64)),
     # v3: where a finished job's wall time went (``elastic_tasks.rank.wall_split.WallSplit`` as JSON).
     Column("wall_split", Text),
+    # v5: which code the job ran ("sha256:<hex>" of its entry point's module file, as it started).
+    Column("code_version", String(80)),
 )
 Index("malleable_jobs_cancel", jobs.c.cancel_requested, jobs.c.cancel_seen)
 
@@ -76,7 +79,7 @@ allocations = Table(
 )
 
 # version -> the jobs columns it added (upgrading from version - 1)
-ADDED_COLUMNS: dict[int, tuple[str, ...]] = {2: ("steps", "first_loss", "final_loss", "eval_loss", "mlflow_parent_run_id"), 3: ("wall_split",)}
+ADDED_COLUMNS: dict[int, tuple[str, ...]] = {2: ("steps", "first_loss", "final_loss", "eval_loss", "mlflow_parent_run_id"), 3: ("wall_split",), 5: ("code_version",)}
 # version -> the allocations columns it added
 ADDED_ALLOCATION_COLUMNS: dict[int, tuple[str, ...]] = {3: ("predicted_samples_per_s", "measured_samples_per_s")}
 

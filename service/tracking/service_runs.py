@@ -40,16 +40,18 @@ JOURNAL_NAME = "mlflow-service-buffer.jsonl"
 _SQLITE_FILE = re.compile(r"sqlite(\+\w+)?:///(?P<path>[^?]+)")
 
 
-def service_journal(store_url: str) -> Path:
+def service_journal(store_url: str, state_dir: Path | str | None = None) -> Path:
     """Where a service on the job store ``store_url`` journals its MLflow calls: beside a sqlite
-    store's file (the state directory), else in the temporary directory under a name of the
-    store's. One service holds a store's lease at a time, so a journal has one writer, and the
-    next service on the store replays what the last one could not send."""
+    store's file (the state directory), else in ``state_dir`` (a persistent volume on Kubernetes:
+    a pod restart must find it to replay it) or, without one, the temporary directory, under a
+    name of the store's. One service holds a store's lease at a time, so a journal has one
+    writer, and the next service on the store replays what the last one could not send."""
     found = _SQLITE_FILE.fullmatch(store_url)
     if found and found["path"] != ":memory:":
         return Path(found["path"]).parent / JOURNAL_NAME
     digest = hashlib.sha256(store_url.encode()).hexdigest()[:16]
-    return Path(tempfile.gettempdir()) / "malleable" / f"mlflow-service-buffer-{digest}.jsonl"
+    where = Path(state_dir) if state_dir is not None else Path(tempfile.gettempdir()) / "malleable"
+    return where / f"mlflow-service-buffer-{digest}.jsonl"
 
 
 def _first_line(exc: BaseException) -> str:
@@ -72,6 +74,7 @@ class ServiceTracking:
         on_run: Callable[[str, str], None] | None = None,
         journal: Path | str | None = None,
         retry_every_s: float = 10.0,
+        artifact_location: str | None = None,
     ) -> None:
         """``on_run(job_id, run_id)``: called (on the MLflow thread) when a job's new run exists.
         ``journal``: None keeps the journal in a temporary file of this process's own (nothing
@@ -82,6 +85,7 @@ class ServiceTracking:
         self._experiment = experiment
         self._journal = Path(journal) if journal is not None else Path(tempfile.gettempdir()) / f"malleable-service-mlflow-{uuid.uuid4().hex}.jsonl"
         self._retry_every_s = retry_every_s
+        self._artifact_location = artifact_location  # of the experiment, if this service creates it
         # Touched on the MLflow thread only: each job's open run, and the run this service made
         # for each job (kept after it ends: a job that resumes continues it).
         self._runs: dict[str, str] = {}
@@ -116,7 +120,7 @@ class ServiceTracking:
             from service.tracking.failures import store_unavailable
 
             self._tracker = BufferedTracker(
-                tracking_uri, self._experiment, self._journal, retry_every_s=self._retry_every_s, notify=self._warn,
+                tracking_uri, self._experiment, self._journal, retry_every_s=self._retry_every_s, notify=self._warn, artifact_location=self._artifact_location,
                 unavailable=store_unavailable, on_rejected=self._rejected, on_created=self._created,
             )  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - a URI MLflow cannot use at all (not a store that is away)
@@ -194,7 +198,8 @@ class ServiceTracking:
         self._call(go)
 
     def job_run(
-        self, job_id: str, name: str, existing: str | None, params: dict[str, object], parent: str | None = None, submitter: str | None = None
+        self, job_id: str, name: str, existing: str | None, params: dict[str, object], parent: str | None = None, submitter: str | None = None,
+        tags: dict[str, str] | None = None,
     ) -> str | None:
         """The job's run: its earlier one when it resumes (returned now), else a new one (nested
         under ``parent``, e.g. the HPO trial or the cluster flow that submitted it), whose id goes
@@ -207,10 +212,10 @@ class ServiceTracking:
                 t.reopen_run(earlier)
                 self._runs[job_id] = earlier
                 return
-            tags = {**self._job_tags, "malleable.kind": "service-job", "malleable.job_id": job_id, "malleable.name": name}
+            run_tags = {**self._job_tags, **(tags or {}), "malleable.kind": "service-job", "malleable.job_id": job_id, "malleable.name": name}
             if submitter:
-                tags["malleable.submitter"] = submitter
-            run = t.start_run(f"{name}-{job_id}", parent=parent, params={k: str(v)[:500] for k, v in params.items()}, tags=tags)
+                run_tags["malleable.submitter"] = submitter
+            run = t.start_run(f"{name}-{job_id}", parent=parent, params={k: str(v)[:500] for k, v in params.items()}, tags=run_tags)
             self._runs[job_id] = self._made[job_id] = run
 
         self._call(go)
@@ -235,10 +240,33 @@ class ServiceTracking:
 
         self._call(go)
 
-    def job_ended(self, job_id: str, status: str) -> None:
+    def job_ended(self, job_id: str, status: str, error: str | None = None, texts: dict[str, str] | None = None) -> None:
+        """End the job's run with ``status``; ``error`` (a failed job's) as the tag
+        ``malleable.error`` and the artifact ``error.txt``; ``texts`` (name -> content, e.g. the
+        schedule CSV) as artifacts. Files are written beside the journal, not in a temporary
+        directory: a call MLflow cannot take now is replayed later, from there."""
+        texts = dict(texts or {})
+        if error:
+            texts["error.txt"] = error
+        spool = self._journal.parent / f"{self._journal.stem}-artifacts" / job_id
+        paths = []
+        if self._enabled and texts:
+            try:
+                spool.mkdir(parents=True, exist_ok=True)
+                for name, text in texts.items():
+                    (spool / name).write_text(text)
+                    paths.append(spool / name)
+            except OSError as exc:
+                self._warn(f"job {job_id}: its MLflow artifacts could not be written at {spool}: {exc.strerror}")
+                paths = []
+
         def go(t: BufferedTracker) -> None:
             run = self._runs.pop(job_id, None)
             if run is not None:
+                if error:
+                    t.set_tags(run, {"malleable.error": error[:5000]})  # MLflow's limit on a tag's value
+                for path in paths:
+                    t.log_artifact(run, path)
                 t.end_run(run, status)
 
         self._call(go)

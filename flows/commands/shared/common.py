@@ -77,7 +77,10 @@ def ui_commands(settings: Settings) -> list[tuple[str, str]]:
         ui_url = prefect.ui_url or prefect.api.url.removesuffix("/api")
         prefect_line = f"open {redact_url(ui_url)}   # the Prefect server of PREFECT_API_URL"
     else:
-        prefect_line = "prefect server start   # then open http://127.0.0.1:4200 (runs made with an ephemeral API are kept in $PREFECT_HOME, default ~/.prefect)"
+        prefect_line = (
+            "prefect server start   # then open http://127.0.0.1:4200 (runs made with an ephemeral API are kept in $PREFECT_HOME, "
+            "default ~/.prefect; `run --simulate` records one only with PREFECT_API_URL set or MALLEABLE_PREFECT_RUNS=always)"
+        )
     return [("MLflow", mlflow), ("Prefect", prefect_line)]
 
 

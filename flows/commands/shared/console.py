@@ -13,14 +13,26 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-# Exit codes: 0 success, 1 the work itself failed, 2 bad input (file, flag, setting).
+# Exit codes: 0 success, 1 the work itself failed, 2 bad input (file, flag, setting), 3 a wait
+# that ran out of time (the jobs go on).
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
+EXIT_TIMEOUT = 3
 # Interrupted (Ctrl-C / SIGTERM): the shell's convention, 128 + SIGINT.
 EXIT_INTERRUPTED = 130
 
-console = Console()
-err_console = Console(stderr=True)
+
+
+def _width(stream) -> int | None:  # noqa: ANN001 - a text stream
+    """Rich's width where it can see one (a terminal, or COLUMNS); piped, wide enough that no
+    table cuts a policy name to "goo…" (rich would assume 80 columns)."""
+    if os.environ.get("COLUMNS") or stream.isatty():
+        return None
+    return 400
+
+
+console = Console(width=_width(sys.stdout))
+err_console = Console(stderr=True, width=_width(sys.stderr))
 
 # Loggers that speak at INFO through a normal run (Dask's cluster start-up and shutdown,
 # Prefect's flow-run chatter, MLflow's store migrations, the HTTP clients).

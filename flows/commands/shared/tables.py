@@ -41,11 +41,11 @@ def _eta(row) -> str:
 
 def jobs_table(rows):
     table = Table(box=None, pad_edge=False)
-    for col, just in (("id", "left"), ("name", "left"), ("state", "left"), ("gpus", "right"), ("batch", "right"), ("progress", "right"), ("eta", "right")):
+    for col, just in (("id", "left"), ("name", "left"), ("submitter", "left"), ("state", "left"), ("gpus", "right"), ("batch", "right"), ("progress", "right"), ("eta", "right")):
         table.add_column(col, justify=just, no_wrap=True)
     for r in rows:
         # A name is a submitter's free text: control characters escaped, no rich markup, bounded.
-        table.add_row(r.id, Text(shown(r.name, 24)), r.state.value, str(r.gpus), str(r.batch), f"{100 * r.progress:.0f}%", _eta(r))
+        table.add_row(r.id, Text(shown(r.name, 24)), Text(shown(r.submitter, 32)), r.state.value, str(r.gpus), str(r.batch), f"{100 * r.progress:.0f}%", _eta(r))
     return table
 
 
