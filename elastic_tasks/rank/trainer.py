@@ -295,12 +295,7 @@ class _Rank:
         so the loop drains the one in flight before it switches generation or finishes.
         """
         while not self._done():
-            with self.wall.phase(Phase.STEPS), self.watch.data_plane(self.plan.version if self.plan else -1, "a training step"):
-                plan = self._agree(self._step())
-            cfg = self.config
-            if cfg.checkpoint_every and self.rank == 0 and self.state.meta.step % cfg.checkpoint_every == 0:
-                with self.wall.phase(Phase.CHECKPOINT):  # the snapshot to host memory; the write runs behind
-                    self.checkpoints.save(self.state, cfg.checkpoint_dir)  # type: ignore[arg-type]
+            plan = self._one_step()
             if plan is not None:
                 with self.wall.phase(Phase.STEPS):
                     self._settle()
@@ -312,6 +307,16 @@ class _Rank:
         with self.wall.phase(Phase.STEPS):
             self._settle()  # the job is done: a plan that arrives with the last agreement is moot
         return None
+
+    def _one_step(self) -> Plan | None:
+        """One steady step as the loop runs it (benchmarks/step_work_bench.py drives this alone)."""
+        with self.wall.phase(Phase.STEPS), self.watch.data_plane(self.plan.version if self.plan else -1, "a training step"):
+            plan = self._agree(self._step())
+        cfg = self.config
+        if cfg.checkpoint_every and self.rank == 0 and self.state.meta.step % cfg.checkpoint_every == 0:
+            with self.wall.phase(Phase.CHECKPOINT):  # the snapshot to host memory; the write runs behind
+                self.checkpoints.save(self.state, cfg.checkpoint_dir)  # type: ignore[arg-type]
+        return plan
 
     def _switch_batch(self, plan: Plan) -> None:
         """A batch-only plan: keep the process group and DDP; the next step runs the new batch."""
