@@ -59,7 +59,7 @@ from elastic_tasks.rank.noise.scale import GradientNoiseProbe
 from elastic_tasks.rank.records import RankRecords
 from elastic_tasks.rank.reporting import RankReporter
 from elastic_tasks.recipe import TrainingRecipe, build_optimizer, load_entry_point, to_device
-from elastic_tasks.rank.scaling import initial_lr, micro_batches, plan_accumulation, rescale_lr
+from elastic_tasks.rank.scaling import initial_lr, loss_weight, micro_batches, plan_accumulation, rescale_lr
 from elastic_tasks.rank.data.sharding import EpochSampler, rank_slice
 from elastic_tasks.rank.state.elastic import ElasticState, TrainMeta, has_checkpoint, read_meta
 from elastic_tasks.rank.health.straggler import StragglerDetector
@@ -341,9 +341,6 @@ class _Rank:
         self.state.optimizer.zero_grad(set_to_none=True)
         ddp, batches, recipe, scaler = self.ddp, self.batches, self.recipe, self.state.scaler
         assert ddp is not None and batches is not None
-        # DDP averages gradients over ranks; scaling the local sum by world/batch makes the
-        # update sum(all losses)/global_batch whatever the split.
-        scale = self.world / batch
         # Loss and hits add up on the device and are read once, after the step (no sync per micro-batch).
         loss_sum = correct = torch.zeros((), dtype=torch.float32, device=self.device)
         self.local_clock.start()
@@ -361,8 +358,9 @@ class _Rank:
                 if last:
                     # Local work ends where the gradient allreduce (waiting for peers) begins.
                     self.local_clock.stop()
-                steps.backward(loss.float() * (n * scale), scaler)
-                self.noise.after_micro(ddp.module, n, scale, self.world)
+                # The hook sums over ranks (no extra pass to average): each loss weighs its share.
+                steps.backward(loss.float() * loss_weight(n, batch), scaler)
+                self.noise.after_micro(ddp.module, n, 1.0 / batch, self.world)
             loss_sum = loss_sum + loss.detach().float() * n
             if hits is not None:
                 correct = correct + (hits.detach().float() if isinstance(hits, torch.Tensor) else float(hits))
