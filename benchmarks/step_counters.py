@@ -7,11 +7,13 @@ GPU would pay is counted instead, per step, with torch's own interposition point
   dispatches, on the calling thread (backward on CPU runs there too, and so does DDP's reducer:
   its fused scale-and-copy ``mul.out``, its ``copy_`` into the bucket, its ``c10d`` collective).
 
-  - *kernel-like*: an op that would launch a device kernel. Not kernel-like: views and other
-    aliasing results (``view``, ``t``, ``detach``, ``select``, ``as_strided``...: their
-    schema returns an alias that is not written), allocations without a kernel (``empty*``),
-    profiler markers, ``lift_fresh``; collectives are counted apart (``c10d`` namespace, with
-    the bytes of their tensors).
+  - *kernel-like*: an op that would launch a device kernel: one that reads or writes a
+    device tensor (see below), or a factory (``zeros``: its device cannot be told on the CPU,
+    so it counts as device work). Not kernel-like: ops on host tensors only (the agreement's
+    float64 vector), views and other aliasing results (``view``, ``t``, ``detach``,
+    ``select``, ``as_strided``...: their schema returns an alias that is not written),
+    allocations without a kernel (``empty*``), profiler markers, ``lift_fresh``; collectives
+    are counted apart (``c10d`` namespace, with the bytes of their tensors).
   - *host syncs*: reads that would make the host wait for the device on a GPU. On the CPU
     every tensor is host memory, so device residence is emulated: a tensor is "on the device"
     if it was computed from one that is (the seeds are the model's parameters; the batch and
@@ -38,7 +40,8 @@ import gc
 import sys
 import tracemalloc
 from collections.abc import Callable
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -75,6 +78,7 @@ class OpCounts:
     host_syncs: int = 0
     lagged_reads: int = 0
     grad_elements: int = 0
+    kernels: Counter = field(default_factory=Counter)  # kernel-like op name -> count (``--explain``)
 
 
 class OpCounter(TorchDispatchMode):
@@ -131,12 +135,16 @@ class OpCounter(TorchDispatchMode):
         elif name == "copy_" and args[0] in self._host and not kwargs.get("non_blocking", False):
             self.read(args[1])  # ``stats[0] = loss``: a blocking device-to-host copy on a GPU
         result = func(*args, **kwargs)
-        kernel = name not in _NO_KERNEL and not _aliasing_view(func) and name != "_local_scalar_dense"
         outputs = [t for t in tree_leaves(result) if isinstance(t, torch.Tensor)]
+        device = any(self.on_device(t) for t in leaves)
+        # A kernel on a GPU: an op on device tensors, or a factory (on the CPU a factory's device
+        # cannot be told: counted as device work, which over-counts the host's own scalars).
+        kernel = name not in _NO_KERNEL and not _aliasing_view(func) and name != "_local_scalar_dense" and (device or not leaves)
         if kernel:
             c.kernel_ops += 1
+            c.kernels[name] += 1
             c.grad_elements += sum(t.numel() for t in outputs if t.numel() in self.grad_numels)
-        if any(self.on_device(t) for t in leaves):
+        if device:
             for t in outputs + _written(func, args, kwargs):
                 self._written_at[t] = self.step
         elif all(t in self._host for t in leaves):  # a host tensor made in the step, and its views

@@ -131,6 +131,8 @@ def measure(entry: str, batch: int, world: int, rank: int, probe: bool, args: ar
         for key in COUNTS:
             out[f"{key}_{name}"] = getattr(counts, key) / args.steps
         out[f"grad_passes_{name}"] = counts.grad_elements / n_params / args.steps
+        if args.explain:
+            print(f"{name}: kernel-like ops per step", {k: v / args.steps for k, v in sorted(counts.kernels.items())}, file=sys.stderr)
         out[f"python_calls_{name}"] = step_counters.count_python_calls(step, args.steps) / args.steps
         out[f"retained_bytes_{name}"] = step_counters.retained_bytes(step, args.retain_steps)
     deltas = []
@@ -179,6 +181,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=50, help="steady steps counted")
     parser.add_argument("--retain-steps", type=int, default=300, help="steps over which retained memory is measured")
     parser.add_argument("--rounds", type=int, default=1000, help="interleaved timing rounds")
+    parser.add_argument("--explain", action="store_true", help="print each loop's kernel-like ops by name (stderr)")
     args = parser.parse_args()
     for name, value in (("batch", args.batch), ("warmup", args.warmup), ("steps", args.steps), ("retain-steps", args.retain_steps), ("rounds", args.rounds)):
         if value < 1:

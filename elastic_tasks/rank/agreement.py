@@ -109,9 +109,9 @@ class Agreement:
                 return self._record(pending, next_step=None, t_agree=t_agree, noise_scale=noise_scale)
         except Exception:  # noqa: BLE001 - it failed with the group; the step's state is kept
             pass
-        return self._own_record(pending.outcome, noise_scale)
+        return self.own_record(pending.outcome, noise_scale)
 
-    def _own_record(self, step: StepOutcome, noise_scale: float | None) -> Agreed:
+    def own_record(self, step: StepOutcome, noise_scale: float | None) -> Agreed:
         """A step's record when its agreement never completed: this rank's own samples only."""
         count = max(step.count, 1)
         record = StepRecord(
