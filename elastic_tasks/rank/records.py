@@ -16,7 +16,7 @@ from elastic_tasks.rank.step_history import StepHistory
 
 # The median step time is of the last steps of the last generation: a bounded window, so a
 # long run keeps no per-step memory (issue 34) and the figure follows the current speed.
-STEP_TIMES_KEPT = 1024
+STEP_TIMES_KEPT = 128
 
 
 @dataclasses.dataclass(slots=True)
