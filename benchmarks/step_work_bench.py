@@ -179,7 +179,7 @@ def main() -> None:
     parser.add_argument("--ranks", default="1,2")
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--steps", type=int, default=50, help="steady steps counted")
-    parser.add_argument("--retain-steps", type=int, default=300, help="steps over which retained memory is measured")
+    parser.add_argument("--retain-steps", type=int, default=640, help="steps over which retained memory is measured (whole epochs: mlp_tiny at batch 32 has 64 steps each, so per-epoch caches cancel)")
     parser.add_argument("--rounds", type=int, default=1000, help="interleaved timing rounds")
     parser.add_argument("--explain", action="store_true", help="print each loop's kernel-like ops by name (stderr)")
     args = parser.parse_args()
