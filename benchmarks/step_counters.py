@@ -107,13 +107,15 @@ class OpCounter(TorchDispatchMode):
         self._functions.__exit__(*exc)
 
     def on_device(self, t: object) -> bool:
-        return isinstance(t, torch.Tensor) and t in self._written_at
+        """Tensors the step made are classified as made; those made before counting (parameters,
+        optimizer state, DDP's buckets: ``bucket.buffer()``) live on the device."""
+        return isinstance(t, torch.Tensor) and t not in self._host
 
     def read(self, t: torch.Tensor) -> None:
         """A host read of ``t``: a sync if the current step wrote it, else a lagged read."""
         if not self.on_device(t):
             return
-        if self._written_at[t] >= self.step and not _deferred_read():
+        if self._written_at.get(t, -1) >= self.step and not _deferred_read():
             self.counts.host_syncs += 1
         else:
             self.counts.lagged_reads += 1
@@ -130,6 +132,12 @@ class OpCounter(TorchDispatchMode):
             c.collectives += 1
             c.collective_bytes += sum(t.numel() * t.element_size() for t in leaves)
             return func(*args, **kwargs)
+        if name in ("lift_fresh", "lift_fresh_copy"):  # ``torch.tensor(...)``: a host constant, made before dispatch
+            result = func(*args, **kwargs)
+            for t in tree_leaves(result):
+                if isinstance(t, torch.Tensor):
+                    self._host[t] = True
+            return result
         if name == "_local_scalar_dense":
             self.read(args[0])
         elif name == "copy_" and args[0] in self._host and not kwargs.get("non_blocking", False):
@@ -147,7 +155,7 @@ class OpCounter(TorchDispatchMode):
         if device:
             for t in outputs + _written(func, args, kwargs):
                 self._written_at[t] = self.step
-        elif all(t in self._host for t in leaves):  # a host tensor made in the step, and its views
+        else:  # a host tensor made in the step (no device input), and its views
             for t in outputs:
                 self._host[t] = True
         return result
