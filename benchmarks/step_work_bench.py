@@ -189,9 +189,23 @@ def main() -> None:
             raise SystemExit(2)
     if ":" not in args.model:
         args.model = f"elastic_tasks.examples.recipes:{args.model}"
+    from elastic_tasks.recipe import load_entry_point
+
+    try:
+        load_entry_point(args.model)
+    except Exception as exc:  # noqa: BLE001 - bad input: one line, exit 2
+        print(f"--model={args.model!r}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    try:
+        worlds = [int(w) for w in args.ranks.split(",")]
+        if min(worlds) < 1:
+            raise ValueError("each must be >= 1")
+    except ValueError as exc:
+        print(f"--ranks={args.ranks!r}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     t0 = time.time()
     figures: dict[str, object] = {"model": args.model.rsplit(":", 1)[-1], "batch": args.batch, "log_every": LOG_EVERY, "steps": args.steps, "rounds": args.rounds}
-    for world in (int(w) for w in args.ranks.split(",")):
+    for world in worlds:
         for probe, f in run(world, args).items():
             for key, value in f.items():
                 figures[f"r{world}_{probe}_{key}"] = [round(v, 4) for v in value] if isinstance(value, list) else round(value, 4)
