@@ -63,6 +63,8 @@ class _Board:
 class _Groups:
     """The generation's group: the one this process formed already (no board rendezvous)."""
 
+    store = None  # no generation store: plans (none come) would be read from the board
+
     def form(self, *args: object) -> None:
         pass
 
