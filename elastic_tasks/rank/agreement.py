@@ -76,11 +76,12 @@ class Agreement:
         """
         t_agree = time.perf_counter()
         w = self.world
-        stats = torch.zeros(4 + 2 * w, dtype=torch.float64)
-        stats[0], stats[1], stats[2] = outcome.loss_sum, outcome.correct, outcome.count
-        stats[3 + self.rank] = outcome.throughput
-        stats[3 + w + self.rank] = seen_version
-        stats[3 + 2 * w] = outcome.eval_clock
+        values = [0.0] * (4 + 2 * w)  # filled on the host, one tensor made of it: a few µs less than per-slot writes
+        values[0], values[1], values[2] = outcome.loss_sum, outcome.correct, outcome.count
+        values[3 + self.rank] = outcome.throughput
+        values[3 + w + self.rank] = seen_version
+        values[3 + 2 * w] = outcome.eval_clock
+        stats = torch.tensor(values, dtype=torch.float64)
         with collective(f"agreement of step {outcome.step}"):
             work = dist.all_reduce(stats, async_op=True)
         previous, self._inflight = self._inflight, _InFlight(work, stats, outcome)
@@ -109,9 +110,9 @@ class Agreement:
                 return self._record(pending, next_step=None, t_agree=t_agree, noise_scale=noise_scale)
         except Exception:  # noqa: BLE001 - it failed with the group; the step's state is kept
             pass
-        return self._own_record(pending.outcome, noise_scale)
+        return self.own_record(pending.outcome, noise_scale)
 
-    def _own_record(self, step: StepOutcome, noise_scale: float | None) -> Agreed:
+    def own_record(self, step: StepOutcome, noise_scale: float | None) -> Agreed:
         """A step's record when its agreement never completed: this rank's own samples only."""
         count = max(step.count, 1)
         record = StepRecord(
@@ -138,15 +139,15 @@ class Agreement:
         return self._record(done, next_step, t_agree, noise_scale)
 
     def _record(self, done: _InFlight, next_step: StepOutcome | None, t_agree: float, noise_scale: float | None) -> Agreed:
-        stats, step, w = done.stats, done.outcome, self.world
+        stats, step, w = done.stats.tolist(), done.outcome, self.world  # one read, not one per slot
         now = time.perf_counter()
         # A step lasts from its start to the next step's start (or, for the last, to now).
         wall = (next_step.t0 if next_step is not None else now) - step.t0
         cpu = (next_step.cpu0 if next_step is not None else time.process_time()) - step.cpu0
         record = StepRecord(
             step.step,
-            float(stats[0]) / step.global_batch,
-            float(stats[1]) / step.global_batch,
+            stats[0] / step.global_batch,
+            stats[1] / step.global_batch,
             w,
             step.global_batch,
             step.lr,
@@ -156,5 +157,5 @@ class Agreement:
             noise_scale=noise_scale,
             group_lrs=step.group_lrs,
         )
-        throughput = tuple(float(stats[3 + r]) for r in range(w))
-        return Agreed(record, throughput, int(stats[3 + w : 3 + 2 * w].max()), float(stats[3 + 2 * w]))
+        throughput = tuple(stats[3 : 3 + w])
+        return Agreed(record, throughput, int(max(stats[3 + w : 3 + 2 * w])), stats[3 + 2 * w])

@@ -33,7 +33,7 @@ class RankReporter:
     def switched(self, plan: Plan, meta: TrainMeta, rank: int, world: int, pause: float, source: str | None) -> None:
         """``plan`` took effect at ``meta.step`` after a pause of ``pause`` seconds."""
         self.records.switches.append(SwitchRecord(plan.version, plan.kind, meta.step, world, meta.global_batch, pause, source))
-        self.records.step_times = []
+        self.records.step_times.clear()
         if rank == 0:
             self.board.post(RankEvent(EventKind.APPLIED, self.uid, plan.version, meta.step, pause_s=pause, world_size=world))
 

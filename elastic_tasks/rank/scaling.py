@@ -102,3 +102,13 @@ def micro_batches(count: int, accum: int) -> list[tuple[int, int]]:
             out.append((start, start + size))
             start += size
     return out
+
+
+def loss_weight(samples: int, global_batch: int) -> float:
+    """What a micro-batch's mean loss is multiplied by before backward: its share of the global batch.
+
+    The gradient allreduce is a plain SUM (``rank/health/gradient_hook.py``), so the update is
+    sum over ranks and micro-batches of (samples / global batch) x mean gradient = the global
+    batch's mean gradient, however unevenly the batch is split (the first ``batch % world``
+    ranks take one sample more; accumulation splits a rank's share again)."""
+    return samples / global_batch

@@ -36,6 +36,8 @@ from elastic_tasks.rank.step_clock import LocalClock
 from elastic_tasks.board import EventKind, JobBoard, RankEvent
 from elastic_tasks.rank.health import gradient_hook
 from elastic_tasks.rank.health.collective import CollectiveFailure, HookWitness, collective
+from elastic_tasks.rank.pending import PendingOutcome
+from elastic_tasks.rank.step_work import StepWork
 from elastic_tasks.rank.plan_switch import PlanSwitch
 from elastic_tasks.rank.process_group import ProcessGroups
 from elastic_tasks.rank.plan_watcher import Courier as _Courier
@@ -49,7 +51,6 @@ from elastic_tasks.protocol import (
     RankSpec,
 )
 from elastic_tasks.devices import default_backend, rank_device
-from elastic_tasks.rank import lr as lrs
 from elastic_tasks.rank.evaluation.evaluate import RankEvaluation
 from elastic_tasks.rank.forward import RecipeStep
 from elastic_tasks.rank.health.hang_watch import HangWatch, simulate_hang_requested
@@ -58,9 +59,9 @@ from elastic_tasks.rank.noise.probe_schedule import SampleSchedule
 from elastic_tasks.rank.noise.scale import GradientNoiseProbe
 from elastic_tasks.rank.records import RankRecords
 from elastic_tasks.rank.reporting import RankReporter
-from elastic_tasks.recipe import TrainingRecipe, build_optimizer, load_entry_point, to_device
-from elastic_tasks.rank.scaling import initial_lr, micro_batches, plan_accumulation, rescale_lr
-from elastic_tasks.rank.data.sharding import EpochSampler, rank_slice
+from elastic_tasks.recipe import TrainingRecipe, build_optimizer, load_entry_point
+from elastic_tasks.rank.scaling import initial_lr, plan_accumulation, rescale_lr
+from elastic_tasks.rank.data.sharding import EpochSampler
 from elastic_tasks.rank.state.elastic import ElasticState, TrainMeta, has_checkpoint, read_meta
 from elastic_tasks.rank.health.straggler import StragglerDetector
 from elastic_tasks.rank.wall_split import Phase, WallTimeline
@@ -84,7 +85,7 @@ def run_rank(spec: RankSpec) -> RankResult:
         ProcessGroups.drop()
 
 
-class _Rank:
+class _Rank(StepWork):
     def __init__(self, spec: RankSpec, board: JobBoard) -> None:
         t_created = time.time()
         self.wall = WallTimeline()  # where this rank's wall time goes (allocator.wall_split)
@@ -120,6 +121,7 @@ class _Rank:
         detector = StragglerDetector(self.config.straggler_alpha, self.config.straggler_threshold)
         self.report = RankReporter(spec.uid, board, self.courier, self.records, detector)
         self.agreement: Agreement | None = None  # this generation's end-of-step agreements
+        self.pending: PendingOutcome | None = None  # the last step, its loss not read yet (rank/pending.py)
         # The gradient noise scale for goodput (issue 14), within its share of the step.
         self.noise = GradientNoiseProbe(schedule=SampleSchedule(cost_budget=self.config.noise_probe_budget))
         # Tells a failed gradient allreduce from the recipe's own errors; never calls into an aborted group.
@@ -228,6 +230,9 @@ class _Rank:
         self.batches = None  # what it prefetched past the switch is read again from the new position
         if self.agreement is not None:  # a peer failed during the next step: a completed agreement still counts
             self._record(self.agreement.salvage(self.noise.value))
+            done, self.pending = self.pending, None  # a step taken, never agreed: this rank's own record
+            if done is not None and done.ready():
+                self._record(self.agreement.own_record(done.complete(), self.noise.value))
             self.agreement = None
         self.groups.drop(aborted=self.plan is not None and self.watch.aborted(self.plan.version))
 
@@ -295,12 +300,7 @@ class _Rank:
         so the loop drains the one in flight before it switches generation or finishes.
         """
         while not self._done():
-            with self.wall.phase(Phase.STEPS), self.watch.data_plane(self.plan.version if self.plan else -1, "a training step"):
-                plan = self._agree(self._step())
-            cfg = self.config
-            if cfg.checkpoint_every and self.rank == 0 and self.state.meta.step % cfg.checkpoint_every == 0:
-                with self.wall.phase(Phase.CHECKPOINT):  # the snapshot to host memory; the write runs behind
-                    self.checkpoints.save(self.state, cfg.checkpoint_dir)  # type: ignore[arg-type]
+            plan = self._one_step()
             if plan is not None:
                 with self.wall.phase(Phase.STEPS):
                     self._settle()
@@ -313,6 +313,17 @@ class _Rank:
             self._settle()  # the job is done: a plan that arrives with the last agreement is moot
         return None
 
+    def _one_step(self) -> Plan | None:
+        """One steady step as the loop runs it (benchmarks/step_work_bench.py drives this alone)."""
+        with self.wall.phase(Phase.STEPS), self.watch.data_plane(self.plan.version if self.plan else -1, "a training step"):
+            done, self.pending = self.pending, self._step()  # read the step before, now this one is queued
+            plan = self._agree(None if done is None else done.complete())
+        cfg = self.config
+        if cfg.checkpoint_every and self.rank == 0 and self.state.meta.step % cfg.checkpoint_every == 0:
+            with self.wall.phase(Phase.CHECKPOINT):  # the snapshot to host memory; the write runs behind
+                self.checkpoints.save(self.state, cfg.checkpoint_dir)  # type: ignore[arg-type]
+        return plan
+
     def _switch_batch(self, plan: Plan) -> None:
         """A batch-only plan: keep the process group and DDP; the next step runs the new batch."""
         t_stop = time.time()
@@ -322,60 +333,10 @@ class _Rank:
         self._open_loader()
         self.report.switched(plan, self.state.meta, self.rank, self.world, time.time() - t_stop, None)
 
-    def _step(self) -> StepOutcome:
-        t0, cpu0 = time.perf_counter(), time.process_time()
-        meta = self.state.meta
-        batch = meta.global_batch
-        indices = self.sampler.step_indices(meta.samples_seen, batch)
-        lo, hi = rank_slice(batch, self.world, self.rank)
-        local = indices[lo:hi]
-        if self.config.record_indices:
-            self.records.indices.append((meta.step, tuple(int(i) for i in local)))
-        chunks = micro_batches(len(local), self.accum)
-        lr_factor = lrs.lr_factor(self.recipe, meta.lr.at(meta.step), meta.samples_seen)
-        self.state.optimizer.zero_grad(set_to_none=True)
-        ddp, batches, recipe, scaler = self.ddp, self.batches, self.recipe, self.state.scaler
-        assert ddp is not None and batches is not None
-        # DDP averages gradients over ranks; scaling the local sum by world/batch makes the
-        # update sum(all losses)/global_batch whatever the split.
-        scale = self.world / batch
-        # Loss and hits add up on the device and are read once, after the step (no sync per micro-batch).
-        loss_sum = correct = torch.zeros((), dtype=torch.float32, device=self.device)
-        self.local_clock.start()
-        if self.config.noise_probe:
-            self.noise.begin_step(ddp.module, self.world, len(chunks))
-        if self.spec.delay_s:
-            time.sleep(self.spec.delay_s)
-        for i, (a, b) in enumerate(chunks):
-            micro = to_device(next(batches), self.device)
-            last = i == len(chunks) - 1
-            with contextlib.nullcontext() if last else ddp.no_sync(), self.witness.step_collectives(f"step {meta.step}"):
-                with steps.autocast(recipe.precision, self.device):
-                    loss, hits = ddp(micro)
-                n = b - a
-                if last:
-                    # Local work ends where the gradient allreduce (waiting for peers) begins.
-                    self.local_clock.stop()
-                steps.backward(loss.float() * (n * scale), scaler)
-                self.noise.after_micro(ddp.module, n, scale, self.world)
-            loss_sum = loss_sum + loss.detach().float() * n
-            if hits is not None:
-                correct = correct + (hits.detach().float() if isinstance(hits, torch.Tensor) else float(hits))
-        # GradScaler's scale as a tensor: the probe divides it out on the device, without reading it.
-        self.noise.finish_step(ddp.module, batch, self.world, loss_scale=getattr(scaler, "_scale", None) if scaler is not None else None)
-        with lrs.scaled_lrs(self.state.optimizer, lr_factor) as applied:
-            steps.optimizer_step(self.state.optimizer, self.state.model, scaler, recipe.clip_grad_norm)
-        lrs.after_step(self.state.scheduler)
-        self.state.meta = dataclasses.replace(meta, step=meta.step + 1, samples_seen=meta.samples_seen + batch)
-        throughput = len(local) / max(self.local_clock.seconds(), 1e-9)
-        clock = self.evaluation.schedule.clock() if self.rank == 0 else 0.0
-        loss_sum, correct = torch.stack([loss_sum, correct]).tolist()  # the step's one read of its loss
-        return StepOutcome(meta.step, loss_sum, correct, len(local), throughput, batch, applied[0], t0, cpu0, applied, clock)
-
-    def _agree(self, outcome: StepOutcome) -> Plan | None:
-        """Issue this step's agreement and act on the previous step's (``elastic_tasks.rank.agreement``)."""
+    def _agree(self, outcome: StepOutcome | None) -> Plan | None:
+        """Issue the previous step's agreement (its values complete by now) and act on the one before it."""
         assert self.agreement is not None
-        agreed = self.agreement.issue(outcome, self.courier.seen_version, self.noise.value)
+        agreed = None if outcome is None else self.agreement.issue(outcome, self.courier.seen_version, self.noise.value)
         if agreed is not None:
             self._record(agreed)
         with self.wall.phase(Phase.EVALUATION):
@@ -390,6 +351,9 @@ class _Rank:
         a plan it reveals is moot: the loop is leaving this generation anyway."""
         assert self.agreement is not None
         with self.watch.data_plane(self.plan.version if self.plan else -1, "agreement"):
+            done, self.pending = self.pending, None
+            if done is not None:  # the last step's agreement, at the same boundary on every rank
+                self._record(self.agreement.issue(done.complete(), self.courier.seen_version, self.noise.value))
             self._record(self.agreement.settle(self.noise.value))
 
     def _record(self, agreed: Agreed | None) -> None:

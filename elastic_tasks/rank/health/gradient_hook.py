@@ -25,13 +25,18 @@ def _first(fut: torch.futures.Future) -> torch.Tensor:
 
 
 def install(ddp: DistributedDataParallel, waits: DataPlaneWaits, witness: HookWitness) -> None:
-    """Register the hook on a new DDP wrapper: each bucket averaged over the ranks, one async allreduce."""
+    """Register the hook on a new DDP wrapper: each bucket summed over the ranks, one async allreduce.
+
+    A SUM, not a mean: the trainer scales each rank's loss by its share of the global batch
+    before backward (``local samples / global batch``), so the sum is the global mean gradient
+    whatever the split. DDP's own hook divides while copying into the bucket; a hook gets the
+    plain copy, so dividing here would be one more pass over every gradient (issue 34).
+    """
     group = ddp.process_group
 
     # Unannotated, with DDP's parameter names: DDP inspects a hook's signature.
     def hook(state, bucket):  # type: ignore[no-untyped-def]  # noqa: ANN001, ANN202
         tensor = bucket.buffer()
-        tensor.div_(group.size())
         fut = dist.all_reduce(tensor, group=group, async_op=True).get_future()
         if tensor.device.type == "cuda":
             return fut.then(_first)
