@@ -38,7 +38,7 @@ from elastic_tasks.rank.health import gradient_hook
 from elastic_tasks.rank.health.collective import CollectiveFailure, HookWitness, collective
 from elastic_tasks.rank.plan_switch import PlanSwitch
 from elastic_tasks.rank.process_group import ProcessGroups
-from elastic_tasks.rank.plan_watcher import Courier as _Courier
+from elastic_tasks.rank.plan_watcher import Courier as _Courier, watches
 from elastic_tasks.protocol import (
     FROM_CHECKPOINT,
     EvalResult,
@@ -188,6 +188,7 @@ class _Rank:
         arrive_within = rendezvous_wait_s(self.config, patient=plan.kind == PlanKind.START or plan.source == FROM_CHECKPOINT)
         self.switch.adopt(plan)
         self.rank, self.world = plan.members.index(self.spec.uid), len(plan.members)
+        self.courier.watching = watches(self.rank)  # the others learn new versions from the agreement
         self.agreement = Agreement(self.rank, self.world, self.watch.waits)
         with collective(f"rendezvous of generation {plan.version}"):
             self.groups.form(plan.version, self.rank, self.world, opens_within, arrive_within)

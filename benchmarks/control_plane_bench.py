@@ -1,0 +1,255 @@
+"""The control plane at scale: plan publication and the per-step agreement with 64-1,024 ranks.
+
+What is real: a Dask scheduler in its own process (its CPU is read from /proc), ``H`` Dask
+worker processes each standing for a host, the job board (``JobBoard``: plan ``Variable``s,
+the published ``Event``s, the latest-version metadata, status), the rank's ``Courier`` (one per
+rank, long-polling only where ``plan_watcher.watches`` says so), ``PlanSwitch`` (every rank reads
+the plan behind the agreed version from the scheduler itself), ``ProcessGroups.form`` (TCPStore
+rendezvous through the board) and ``Agreement`` (the async allreduce of every step, read one step
+later) over a real gloo group between the hosts.
+
+What is simulated: a rank is a Python thread (``ranks / H`` per worker process), its step is a
+``sleep(step_ms)`` (no model, no gradient allreduce: a thread barrier per host stands in for it),
+and the ranks of one host add their agreement slots in shared memory before the host's one
+allreduce (per-host aggregation, as nccl's hierarchical allreduce does inside a node; on 2 cores
+1,024 gloo processes cannot run). The agreement's content is the trainer's: the newest plan
+version any rank saw, summed step figures.
+
+Figures per size N (the last line, one JSON object):
+  plan_latency_p50_ms_N_ranks / _p99_   from the coordinator's ``publish`` to a rank holding the
+                                        plan (``PlanSwitch.due`` returned it), over ranks x plans
+  agreement_ms_per_step_N_ranks         mean time a step is blocked by its agreement: the host's
+                                        aggregation plus ``Agreement.issue`` (waiting for the previous
+                                        step's allreduce and launching this one)
+  scheduler_cpu_ms_per_s_per_rank_N_ranks  scheduler CPU ms per wall second, divided by N
+  plans_once_N_ranks / same_stop_step_N_ranks  oracles: every rank held every plan exactly once, and
+                                        all ranks left on the STOP plan at the same step
+
+Run: nice -n 10 timeout 600 python benchmarks/control_plane_bench.py [--ranks 64,256,1024]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+from distributed import Client, get_client, get_worker
+
+
+def _fail(field: str, value: object, why: str) -> None:
+    print(f"control_plane_bench: {field}={value!r}: {why}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def run_host(board_id: str, host: int, hosts: int, uids: list[str], step_s: float) -> dict:
+    """One worker process = one host: its ranks as threads, one agreement allreduce per step."""
+    import torch
+    import torch.distributed as dist
+
+    from elastic_tasks.board import JobBoard, JobStatus
+    from elastic_tasks.protocol import PlanKind, TrainConfig
+    from elastic_tasks.rank.agreement import Agreement, StepOutcome
+    from elastic_tasks.rank.plan_switch import PlanSwitch
+    from elastic_tasks.rank.plan_watcher import Courier, watches
+    from elastic_tasks.rank.process_group import ProcessGroups
+    from elastic_tasks.rank.wall_split import WallTimeline
+
+    torch.set_num_threads(1)
+    board = JobBoard(board_id, get_client())
+    config = TrainConfig(global_batch=len(uids) * 2, max_steps=10**9, timeout_s=60.0, data_timeout_s=120.0)
+    first = board.plan(0, timeout=60.0)
+    ranks = [first.members.index(u) for u in uids]
+    couriers = [Courier(board) for _ in uids]
+    for courier, rank in zip(couriers, ranks):
+        courier.watching = watches(rank)
+        courier.start()
+    switches = [PlanSwitch(board, config, WallTimeline()) for _ in uids]
+    for switch in switches:
+        switch.adopt(first)
+    groups = ProcessGroups(board, "127.0.0.1", "gloo", config)
+    groups.form(0, host, hosts)
+    agreement = Agreement(host, hosts)
+    shared: dict = {"agreed": None, "step": 0}
+    blocked: list[float] = []
+
+    def agree() -> None:  # the barrier's action: one thread per host, all local ranks arrived
+        t0 = time.perf_counter()
+        seen = max(c.seen_version for c in couriers)  # the host's slot: the newest any local rank saw
+        step = shared["step"]
+        outcome = StepOutcome(step, 0.0, 0.0, len(uids), 1.0, config.global_batch, 0.1, t0, time.process_time())
+        shared["agreed"] = agreement.issue(outcome, seen, None)
+        shared["step"] = step + 1
+        if host == 0 and shared["agreed"] is not None:  # rank 0's status, pushed by its courier
+            couriers[0].status = JobStatus(shared["agreed"].newest_version, step, 0, len(first.members), config.global_batch, 0.0, time.time())
+        blocked.append(time.perf_counter() - t0)
+
+    barrier = threading.Barrier(len(uids), action=agree)
+    reached: list[tuple[str, int, float]] = []
+    stops: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def rank_loop(i: int) -> None:
+        switch, uid = switches[i], uids[i]
+        while True:
+            time.sleep(step_s)  # the step's compute
+            barrier.wait()  # the gradient allreduce's synchronisation, within the host
+            agreed, step = shared["agreed"], shared["step"]
+            newest = switch.current.version if agreed is None else agreed.newest_version
+            plan = switch.due(newest, step)
+            if plan is None:
+                continue
+            with lock:
+                reached.append((uid, plan.version, time.time()))
+            switch.adopt(plan)
+            if plan.kind == PlanKind.STOP:
+                stops[uid] = step
+                return
+
+    threads = [threading.Thread(target=rank_loop, args=(i,), daemon=True) for i in range(len(uids))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    agreement.settle(None)  # the allreduce in flight, as the trainer drains it before leaving
+    for courier in couriers:
+        courier.stop()
+    groups.drop()
+    del dist
+    return {"reached": reached, "stops": stops, "blocked_s": blocked, "worker": get_worker().address}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(client: Client, scheduler_pid: int, workers: list[str], n: int, step_s: float, plans: int, every_s: float) -> dict:
+    from elastic_tasks.board import JobBoard
+    from elastic_tasks.protocol import Plan, PlanKind
+
+    board_id = f"cpbench-{n}-{uuid.uuid4().hex[:6]}"
+    board = JobBoard(board_id, client)
+    members = tuple(f"r{i:04d}" for i in range(n))
+    board.publish(Plan(0, PlanKind.START, members, n * 2))
+    hosts = len(workers)
+    futures = [
+        client.submit(run_host, board_id, h, hosts, list(members[h::hosts]), step_s, workers=[w], pure=False, key=f"{board_id}-host{h}")
+        for h, w in enumerate(workers)
+    ]
+    while (status := board.status()) is None or status.step < 20:  # every host trains: warmed up
+        if any(f.status == "error" for f in futures):
+            raise futures[0].result()
+        time.sleep(0.2)
+    cpu0, t0 = _cpu_s(scheduler_pid), time.monotonic()
+    published: dict[int, float] = {}
+    for v in range(1, plans + 1):
+        time.sleep(every_s)
+        published[v] = time.time()
+        board.publish(Plan(v, PlanKind.BATCH, members, n * (2 + v % 2)))
+    time.sleep(every_s)
+    cpu_s, wall_s = _cpu_s(scheduler_pid) - cpu0, time.monotonic() - t0
+    published[plans + 1] = time.time()
+    board.publish(Plan(plans + 1, PlanKind.STOP, (), n * 2))
+    results = client.gather(futures)
+    board.forget()
+    reached = [r for res in results for r in res["reached"]]
+    latencies = sorted((t - published[v]) * 1000 for _, v, t in reached)
+    counts: dict[tuple[str, int], int] = {}
+    for uid, v, _ in reached:
+        counts[(uid, v)] = counts.get((uid, v), 0) + 1
+    once = all(counts.get((u, v)) == 1 for u in members for v in published) and len(counts) == len(members) * len(published)
+    stops = {s for res in results for s in res["stops"].values()}
+    blocked = [b * 1000 for res in results for b in res["blocked_s"]]
+    return {
+        f"plan_latency_p50_ms_{n}_ranks": round(_quantile(latencies, 0.5), 1),
+        f"plan_latency_p99_ms_{n}_ranks": round(_quantile(latencies, 0.99), 1),
+        f"agreement_ms_per_step_{n}_ranks": round(statistics.fmean(blocked), 3),
+        f"agreement_p99_ms_{n}_ranks": round(_quantile(sorted(blocked), 0.99), 3),
+        f"scheduler_cpu_ms_per_s_per_rank_{n}_ranks": round(cpu_s * 1000 / wall_s / n, 4),
+        f"scheduler_cpu_share_{n}_ranks": round(cpu_s / wall_s, 3),
+        f"plans_once_{n}_ranks": once,
+        f"same_stop_step_{n}_ranks": len(stops) == 1 and sum(len(res["stops"]) for res in results) == n,
+        f"steps_{n}_ranks": max(stops) if stops else 0,
+    }
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    if not xs:
+        return float("nan")
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ranks", default="64,256,1024", help="comma-separated rank counts")
+    ap.add_argument("--hosts", type=int, default=4, help="worker processes, each a host")
+    ap.add_argument("--step-ms", type=float, default=50.0)
+    ap.add_argument("--plans", type=int, default=6, help="plans published per size (then a STOP)")
+    ap.add_argument("--plan-every-s", type=float, default=1.5)
+    args = ap.parse_args(argv)
+    try:
+        sizes = [int(x) for x in args.ranks.split(",")]
+    except ValueError:
+        _fail("--ranks", args.ranks, "expected comma-separated integers")
+    if not sizes or any(n < 1 for n in sizes):
+        _fail("--ranks", args.ranks, "every size must be >= 1")
+    if not 1 <= args.hosts <= min(sizes):
+        _fail("--hosts", args.hosts, f"must be in [1, {min(sizes)}]")
+    if not args.step_ms > 0:
+        _fail("--step-ms", args.step_ms, "must be > 0")
+    if args.plans < 1:
+        _fail("--plans", args.plans, "must be >= 1")
+    if not args.plan_every_s > 0:
+        _fail("--plan-every-s", args.plan_every_s, "must be > 0")
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", str(port),
+                               "--dashboard-address", ":0", "--no-show"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    try:
+        for _ in range(args.hosts):
+            procs.append(subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address, "--no-nanny", "--nthreads", "1",
+                                           "--dashboard-address", ":0", "--host", "127.0.0.1"], env=env,
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        figures: dict = {"bench": "control_plane", "hosts": args.hosts, "step_ms": args.step_ms, "plans": args.plans,
+                         "cpus": os.cpu_count(),
+                         "real": "Dask scheduler process, JobBoard, Courier (watchers: plan_watcher.watches), PlanSwitch per rank, "
+                                 "ProcessGroups.form, Agreement over gloo between hosts",
+                         "simulated": "ranks are threads (ranks/hosts per worker process); a step is a sleep; ranks of a host add "
+                                      "their agreement slots in memory before the host's allreduce"}
+        with Client(address, timeout=60) as client:
+            client.wait_for_workers(args.hosts, timeout=120)
+            workers = sorted(client.scheduler_info()["workers"])
+            for n in sizes:
+                t = time.monotonic()
+                figures.update(measure(client, procs[0].pid, workers, n, args.step_ms / 1000, args.plans, args.plan_every_s))
+                figures[f"wall_s_{n}_ranks"] = round(time.monotonic() - t, 1)
+                print(json.dumps({k: v for k, v in figures.items() if f"_{n}_" in k}), file=sys.stderr, flush=True)
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
