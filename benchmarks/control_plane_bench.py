@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -40,6 +41,7 @@ import sys
 import threading
 import time
 import uuid
+from datetime import timedelta
 
 from distributed import Client, get_client, get_worker
 
@@ -77,6 +79,7 @@ def run_host(board_id: str, host: int, hosts: int, uids: list[str], step_s: floa
     groups = ProcessGroups(board, "127.0.0.1", "gloo", config)
     groups.form(0, host, hosts)
     agreement = Agreement(host, hosts)
+    store_at = board.rendezvous(0, timeout=60.0)
     shared: dict = {"agreed": None, "step": 0}
     blocked: list[float] = []
 
@@ -98,16 +101,21 @@ def run_host(board_id: str, host: int, hosts: int, uids: list[str], step_s: floa
 
     def rank_loop(i: int) -> None:
         switch, uid = switches[i], uids[i]
+        # A connection of its own to the generation's store, as a rank process has (a TCPStore
+        # client serialises its calls: threads sharing one would queue behind each other's waits).
+        own = groups.store if ranks[i] == 0 else dist.TCPStore(*store_at, is_master=False, timeout=timedelta(seconds=60))
+        switch.fan_out_through(own, ranks[i])
         while True:
             time.sleep(step_s)  # the step's compute
             barrier.wait()  # the gradient allreduce's synchronisation, within the host
             agreed, step = shared["agreed"], shared["step"]
             newest = switch.current.version if agreed is None else agreed.newest_version
+            t_known = time.time()  # the agreement told this rank of the version; now it reads the plan
             plan = switch.due(newest, step)
             if plan is None:
                 continue
             with lock:
-                reached.append((uid, plan.version, time.time()))
+                reached.append((uid, plan.version, time.time(), t_known))
             switch.adopt(plan)
             if plan.kind == PlanKind.STOP:
                 stops[uid] = step
@@ -122,7 +130,6 @@ def run_host(board_id: str, host: int, hosts: int, uids: list[str], step_s: floa
     for courier in couriers:
         courier.stop()
     groups.drop()
-    del dist
     return {"reached": reached, "stops": stops, "blocked_s": blocked, "worker": get_worker().address}
 
 
@@ -168,9 +175,10 @@ def measure(client: Client, scheduler_pid: int, workers: list[str], n: int, step
     results = client.gather(futures)
     board.forget()
     reached = [r for res in results for r in res["reached"]]
-    latencies = sorted((t - published[v]) * 1000 for _, v, t in reached)
+    latencies = sorted((t - published[v]) * 1000 for _, v, t, _ in reached)
+    reads = sorted((t - known) * 1000 for _, _, t, known in reached)
     counts: dict[tuple[str, int], int] = {}
-    for uid, v, _ in reached:
+    for uid, v, _, _ in reached:
         counts[(uid, v)] = counts.get((uid, v), 0) + 1
     once = all(counts.get((u, v)) == 1 for u in members for v in published) and len(counts) == len(members) * len(published)
     stops = {s for res in results for s in res["stops"].values()}
@@ -178,6 +186,7 @@ def measure(client: Client, scheduler_pid: int, workers: list[str], n: int, step
     return {
         f"plan_latency_p50_ms_{n}_ranks": round(_quantile(latencies, 0.5), 1),
         f"plan_latency_p99_ms_{n}_ranks": round(_quantile(latencies, 0.99), 1),
+        f"plan_read_p99_ms_{n}_ranks": round(_quantile(reads, 0.99), 1),
         f"agreement_ms_per_step_{n}_ranks": round(statistics.fmean(blocked), 3),
         f"agreement_p99_ms_{n}_ranks": round(_quantile(sorted(blocked), 0.99), 3),
         f"scheduler_cpu_ms_per_s_per_rank_{n}_ranks": round(cpu_s * 1000 / wall_s / n, 4),
@@ -216,6 +225,7 @@ def main(argv: list[str] | None = None) -> None:
         _fail("--plans", args.plans, "must be >= 1")
     if not args.plan_every_s > 0:
         _fail("--plan-every-s", args.plan_every_s, "must be > 0")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `timeout` still tears the cluster down
     port = _free_port()
     address = f"tcp://127.0.0.1:{port}"
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")

@@ -192,6 +192,7 @@ class _Rank:
         self.agreement = Agreement(self.rank, self.world, self.watch.waits)
         with collective(f"rendezvous of generation {plan.version}"):
             self.groups.form(plan.version, self.rank, self.world, opens_within, arrive_within)
+        self.switch.fan_out_through(self.groups.store, self.rank)  # plans due come through the generation's store
         with self.wall.phase(Phase.STATE_TRANSFER):
             if plan.source == FROM_CHECKPOINT:
                 self.checkpoints.wait()
