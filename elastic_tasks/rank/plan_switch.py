@@ -59,8 +59,9 @@ class PlanSwitch:
                 store.set(key, pickle.dumps(plan))
             return plan
         try:
-            store.wait([key], timedelta(seconds=timeout))
-            return pickle.loads(store.get(key))
+            if store.timeout != timedelta(seconds=timeout):  # get() alone waits the store's own timeout
+                store.wait([key], timedelta(seconds=timeout))
+            return pickle.loads(store.get(key))  # one round trip where the timeouts agree (the usual case)
         except Exception:  # noqa: BLE001 - the store's host is gone or silent: the board still has the plan
             return self.board.plan(version, timeout=timeout)
 
