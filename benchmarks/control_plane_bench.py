@@ -135,7 +135,8 @@ def run_host(board_id: str, host: int, hosts: int, uids: list[str], step_s: floa
         agreed, step = shared["agreed"], shared["step"]
         t_known = time.time()  # the agreement told the ranks of the version; now they read the plan
         if agreed is not None and agreed.newest_version > switches[0].current.version:
-            left = any(pool.map(boundary, range(len(uids)), [agreed.newest_version] * len(uids), [step] * len(uids), [t_known] * len(uids)))
+            n_local = len(uids)  # every rank's read to its end: an abandoned map cancels what has not started
+            left = any(list(pool.map(boundary, range(n_local), [agreed.newest_version] * n_local, [step] * n_local, [t_known] * n_local)))
         else:
             left = any([boundary(i, switches[i].current.version, step, t_known) for i in range(len(uids))])
     pool.shutdown()
@@ -196,6 +197,10 @@ def measure(client: Client, scheduler_pid: int, workers: list[str], n: int, step
         counts[(uid, v)] = counts.get((uid, v), 0) + 1
     once = all(counts.get((u, v)) == 1 for u in members for v in published) and len(counts) == len(members) * len(published)
     stops = {s for res in results for s in res["stops"].values()}
+    if not once or len(stops) != 1:  # say what broke: versions skipped or repeated, stop steps
+        missing = sorted({v for u in members for v in published if counts.get((u, v)) != 1})
+        print(f"control_plane_bench: {n} ranks: versions not held exactly once by every rank: {missing}; "
+              f"stop steps {sorted(stops)}; ranks stopped {sum(len(res['stops']) for res in results)}", file=sys.stderr)
     blocked = [b * 1000 for res in results for b in res["blocked_s"]]
     return {
         f"plan_latency_p50_ms_{n}_ranks": round(_quantile(latencies, 0.5), 1),
