@@ -29,7 +29,7 @@ from distributed import get_client, get_worker
 from distributed.comm import get_address_host
 from torch.nn.parallel import DistributedDataParallel
 
-from elastic_tasks.rank import step as steps
+from elastic_tasks.rank import lr as lrs, step as steps
 from elastic_tasks.rank.agreement import Agreed, Agreement, StepOutcome
 from elastic_tasks.rank.state.checkpoint_writer import CheckpointWriter
 from elastic_tasks.rank.step_clock import LocalClock
@@ -49,7 +49,6 @@ from elastic_tasks.protocol import (
     RankSpec,
 )
 from elastic_tasks.devices import default_backend, rank_device
-from elastic_tasks.rank import lr as lrs
 from elastic_tasks.rank.evaluation.evaluate import RankEvaluation
 from elastic_tasks.rank.forward import RecipeStep
 from elastic_tasks.rank.health.hang_watch import HangWatch, simulate_hang_requested
