@@ -14,6 +14,15 @@ from elastic_tasks.board import JobBoard, JobStatus
 _WAIT_S = 2.0  # courier: longest server-side wait for the next plan version
 _BACKUP_POLL_S = 2.0
 _STATUS_EVERY_S = 0.5
+# One rank in this many watches the board (control plane at scale, docs/elastic.md): the end-of-step
+# agreement already spreads the newest version any rank has seen to all of them within a step, so
+# N long-polls on the scheduler buy nothing over N / WATCH_STRIDE (1,024 ranks: 16, not 1,024).
+WATCH_STRIDE = 64
+
+
+def watches(rank: int) -> bool:
+    """Whether rank ``rank`` of a generation long-polls the board for new plan versions (rank 0 always)."""
+    return rank % WATCH_STRIDE == 0
 
 
 class Courier(threading.Thread):
@@ -33,6 +42,8 @@ class Courier(threading.Thread):
         self._sent: JobStatus | None = None
         self._stop = threading.Event()
         self._seen_lock = threading.Lock()  # the courier and the rank's refresh() both raise it
+        # False: the rank learns new versions from the agreement only (``watches``); status is still pushed.
+        self.watching = True
 
     def _see(self, version: int | None) -> None:
         with self._seen_lock:
@@ -42,6 +53,10 @@ class Courier(threading.Thread):
     def run(self) -> None:
         last_poll = last_push = 0.0
         while not self._stop.is_set():
+            if not self.watching:  # no request to the scheduler; status is rank 0's, a watcher's
+                self._stop.wait(_STATUS_EVERY_S)
+                self.flush()
+                continue
             try:
                 # The version waited for, fixed before the wait: the rank's own refresh() may
                 # raise seen_version meanwhile, and re-reading it here would claim a version
@@ -69,9 +84,11 @@ class Courier(threading.Thread):
         return self.seen_version
 
     def flush(self) -> None:
-        if self.status is not None and self.status is not self._sent:
+        status = self.status
+        if status is not None and status is not self._sent:
             with contextlib.suppress(Exception):
-                self.board.set_status(self.status)
+                self.board.set_status(status)
+                self._sent = status
 
     def stop(self) -> None:
         self._stop.set()

@@ -75,6 +75,11 @@ class ProcessGroups:
         # torch's only way to give a formed group another timeout (private, present since 2.3).
         dist.distributed_c10d._set_pg_timeout(timedelta(seconds=self.config.data_timeout_s))
 
+    @property
+    def store(self) -> dist.TCPStore | None:
+        """The current generation's store (None before the first)."""
+        return self._stores[-1] if self._stores else None
+
     @staticmethod
     def drop(aborted: bool = False) -> None:
         """Leave the current group, if any (a failed peer may make this raise: it is gone either way).

@@ -29,7 +29,7 @@ from distributed import get_client, get_worker
 from distributed.comm import get_address_host
 from torch.nn.parallel import DistributedDataParallel
 
-from elastic_tasks.rank import step as steps
+from elastic_tasks.rank import lr as lrs, step as steps
 from elastic_tasks.rank.agreement import Agreed, Agreement, StepOutcome
 from elastic_tasks.rank.state.checkpoint_writer import CheckpointWriter
 from elastic_tasks.rank.step_clock import LocalClock
@@ -40,7 +40,7 @@ from elastic_tasks.rank.pending import PendingOutcome
 from elastic_tasks.rank.step_work import StepWork
 from elastic_tasks.rank.plan_switch import PlanSwitch
 from elastic_tasks.rank.process_group import ProcessGroups
-from elastic_tasks.rank.plan_watcher import Courier as _Courier
+from elastic_tasks.rank.plan_watcher import Courier as _Courier, watches
 from elastic_tasks.protocol import (
     FROM_CHECKPOINT,
     EvalResult,
@@ -190,9 +190,11 @@ class _Rank(StepWork):
         arrive_within = rendezvous_wait_s(self.config, patient=plan.kind == PlanKind.START or plan.source == FROM_CHECKPOINT)
         self.switch.adopt(plan)
         self.rank, self.world = plan.members.index(self.spec.uid), len(plan.members)
+        self.courier.watching = watches(self.rank)  # the others learn new versions from the agreement
         self.agreement = Agreement(self.rank, self.world, self.watch.waits)
         with collective(f"rendezvous of generation {plan.version}"):
             self.groups.form(plan.version, self.rank, self.world, opens_within, arrive_within)
+        self.switch.fan_out_through(self.groups.store, self.rank)  # plans due come through the generation's store
         with self.wall.phase(Phase.STATE_TRANSFER):
             if plan.source == FROM_CHECKPOINT:
                 self.checkpoints.wait()

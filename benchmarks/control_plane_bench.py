@@ -1,0 +1,288 @@
+"""The control plane at scale: plan publication and the per-step agreement with 64-1,024 ranks.
+
+What is real: a Dask scheduler in its own process (its CPU is read from /proc), ``H`` Dask
+worker processes each standing for a host, the job board (``JobBoard``: plan ``Variable``s,
+the published ``Event``s, the latest-version metadata, status), the rank's ``Courier`` (one per
+rank, long-polling only where ``plan_watcher.watches`` says so), ``PlanSwitch`` (every rank reads
+the plan behind the agreed version from the scheduler itself), ``ProcessGroups.form`` (TCPStore
+rendezvous through the board) and ``Agreement`` (the async allreduce of every step, read one step
+later) over a real gloo group between the hosts.
+
+What is simulated: a rank is a ``PlanSwitch``, a ``Courier`` and a store connection of its own,
+with a thread of its own for the boundaries where it reads a plan (``ranks / H`` per worker
+process); its step is a ``sleep(step_ms)`` on the host's clock (no model, no gradient allreduce),
+and the ranks of one host add their agreement slots in shared memory before the host's one
+allreduce (per-host aggregation, as nccl's hierarchical allreduce does inside a node; on 2 cores
+1,024 gloo processes cannot run). The agreement's content is the trainer's: the newest plan
+version any rank saw, summed step figures.
+
+Figures per size N (the last line, one JSON object):
+  plan_latency_p50_ms_N_ranks / _p99_   from the coordinator's ``publish`` to a rank holding the
+                                        plan (``PlanSwitch.due`` returned it), over ranks x plans
+  agreement_ms_per_step_N_ranks         mean time a step is blocked by its agreement: the host's
+                                        aggregation plus ``Agreement.issue`` (waiting for the previous
+                                        step's allreduce and launching this one)
+  scheduler_cpu_ms_per_s_per_rank_N_ranks  scheduler CPU ms per wall second, divided by N
+  plans_once_N_ranks / same_stop_step_N_ranks  oracles: every rank held every plan exactly once, and
+                                        all ranks left on the STOP plan at the same step
+
+Run: nice -n 10 timeout 600 python benchmarks/control_plane_bench.py [--ranks 64,256,1024]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+
+from distributed import Client, get_client, get_worker
+
+
+def _fail(field: str, value: object, why: str) -> None:
+    print(f"control_plane_bench: {field}={value!r}: {why}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def run_host(board_id: str, host: int, hosts: int, uids: list[str], step_s: float) -> dict:
+    """One worker process = one host: its ranks as threads, one agreement allreduce per step."""
+    import torch
+    import torch.distributed as dist
+
+    from elastic_tasks.board import JobBoard, JobStatus
+    from elastic_tasks.protocol import PlanKind, TrainConfig
+    from elastic_tasks.rank.agreement import Agreement, StepOutcome
+    from elastic_tasks.rank.plan_switch import PlanSwitch
+    from elastic_tasks.rank.plan_watcher import Courier, watches
+    from elastic_tasks.rank.process_group import ProcessGroups
+    from elastic_tasks.rank.wall_split import WallTimeline
+
+    torch.set_num_threads(1)
+    board = JobBoard(board_id, get_client())
+    config = TrainConfig(global_batch=len(uids) * 2, max_steps=10**9, timeout_s=60.0, data_timeout_s=120.0)
+    first = board.plan(0, timeout=60.0)
+    ranks = [first.members.index(u) for u in uids]
+    couriers = [Courier(board) for _ in uids]
+    for courier, rank in zip(couriers, ranks):
+        courier.watching = watches(rank)
+        courier.start()
+    switches = [PlanSwitch(board, config, WallTimeline()) for _ in uids]
+    for switch in switches:
+        switch.adopt(first)
+    groups = ProcessGroups(board, "127.0.0.1", "gloo", config)
+    groups.form(0, host, hosts)
+    agreement = Agreement(host, hosts)
+    store_at = board.rendezvous(0, timeout=60.0)
+    shared: dict = {"agreed": None, "step": 0}
+    blocked: list[float] = []
+
+    def agree() -> None:  # the host's agreement: its ranks' slots added here, one allreduce between hosts
+        t0 = time.perf_counter()
+        seen = max(c.seen_version for c in couriers)  # the host's slot: the newest any local rank saw
+        step = shared["step"]
+        outcome = StepOutcome(step, 0.0, 0.0, len(uids), 1.0, config.global_batch, 0.1, t0, time.process_time())
+        shared["agreed"] = agreement.issue(outcome, seen, None)
+        shared["step"] = step + 1
+        if host == 0 and shared["agreed"] is not None:  # rank 0's status, pushed by its courier
+            couriers[0].status = JobStatus(shared["agreed"].newest_version, step, 0, len(first.members), config.global_batch, 0.0, time.time())
+        blocked.append(time.perf_counter() - t0)
+
+    reached: list[tuple[str, int, float, float]] = []
+    stops: dict[str, int] = {}
+    lock = threading.Lock()
+    # A rank's own thread (the pool's, one per rank) for whatever of the protocol blocks: its
+    # connection to the generation's store, as a rank process has (a TCPStore client serialises
+    # its calls: ranks sharing one would queue behind each other's waits), and its plan reads.
+    pool = ThreadPoolExecutor(max_workers=len(uids))
+
+    def connect(i: int) -> None:
+        own = groups.store if ranks[i] == 0 else dist.TCPStore(*store_at, is_master=False, timeout=timedelta(seconds=60))
+        switches[i].fan_out_through(own, ranks[i])
+
+    def boundary(i: int, newest: int, step: int, t_known: float) -> bool:
+        """Rank ``i`` at a step boundary: the plan due, read as the rank reads it; whether it left."""
+        switch = switches[i]
+        plan = switch.due(newest, step)
+        if plan is None:
+            return False
+        with lock:
+            reached.append((uids[i], plan.version, time.time(), t_known))
+        switch.adopt(plan)
+        if plan.kind == PlanKind.STOP:
+            stops[uids[i]] = step
+            return True
+        return False
+
+    list(pool.map(connect, range(len(uids))))
+    # The host's clock: every rank's step is the same sleep, then the host's agreement (the ranks'
+    # gradient allreduce would synchronise them there anyway). A boundary where the agreed version
+    # is one the ranks have not read runs every rank's ``due`` on its own thread, at once, as
+    # separate rank processes would; elsewhere ``due`` does no I/O and runs here (a rank thread
+    # woken per step only measured the 2-core box's thread switching).
+    left = False
+    while not left:
+        time.sleep(step_s)  # the step's compute
+        agree()
+        agreed, step = shared["agreed"], shared["step"]
+        t_known = time.time()  # the agreement told the ranks of the version; now they read the plan
+        if agreed is not None and agreed.newest_version > switches[0].current.version:
+            n_local = len(uids)  # every rank's read to its end: an abandoned map cancels what has not started
+            left = any(list(pool.map(boundary, range(n_local), [agreed.newest_version] * n_local, [step] * n_local, [t_known] * n_local)))
+        else:
+            left = any([boundary(i, switches[i].current.version, step, t_known) for i in range(len(uids))])
+    pool.shutdown()
+    agreement.settle(None)  # the allreduce in flight, as the trainer drains it before leaving
+    for courier in couriers:
+        courier.stop()
+    groups.drop()
+    return {"reached": reached, "stops": stops, "blocked_s": blocked, "worker": get_worker().address}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(client: Client, scheduler_pid: int, workers: list[str], n: int, step_s: float, plans: int, every_s: float) -> dict:
+    from elastic_tasks.board import JobBoard
+    from elastic_tasks.protocol import Plan, PlanKind
+
+    board_id = f"cpbench-{n}-{uuid.uuid4().hex[:6]}"
+    board = JobBoard(board_id, client)
+    members = tuple(f"r{i:04d}" for i in range(n))
+    board.publish(Plan(0, PlanKind.START, members, n * 2))
+    hosts = len(workers)
+    futures = [
+        client.submit(run_host, board_id, h, hosts, list(members[h::hosts]), step_s, workers=[w], pure=False, key=f"{board_id}-host{h}")
+        for h, w in enumerate(workers)
+    ]
+    while (status := board.status()) is None or status.step < 20:  # every host trains: warmed up
+        if any(f.status == "error" for f in futures):
+            raise futures[0].result()
+        time.sleep(0.2)
+    cpu0, t0 = _cpu_s(scheduler_pid), time.monotonic()
+    published: dict[int, float] = {}
+    for v in range(1, plans + 1):
+        time.sleep(every_s)
+        published[v] = time.time()
+        board.publish(Plan(v, PlanKind.BATCH, members, n * (2 + v % 2)))
+    time.sleep(every_s)
+    cpu_s, wall_s = _cpu_s(scheduler_pid) - cpu0, time.monotonic() - t0
+    published[plans + 1] = time.time()
+    board.publish(Plan(plans + 1, PlanKind.STOP, (), n * 2))
+    results = client.gather(futures)
+    board.forget()
+    reached = [r for res in results for r in res["reached"]]
+    latencies = sorted((t - published[v]) * 1000 for _, v, t, _ in reached)
+    reads = sorted((t - known) * 1000 for _, _, t, known in reached)
+    agreed = sorted((known - published[v]) * 1000 for _, v, _, known in reached)
+    counts: dict[tuple[str, int], int] = {}
+    for uid, v, _, _ in reached:
+        counts[(uid, v)] = counts.get((uid, v), 0) + 1
+    once = all(counts.get((u, v)) == 1 for u in members for v in published) and len(counts) == len(members) * len(published)
+    stops = {s for res in results for s in res["stops"].values()}
+    if not once or len(stops) != 1:  # say what broke: versions skipped or repeated, stop steps
+        missing = sorted({v for u in members for v in published if counts.get((u, v)) != 1})
+        print(f"control_plane_bench: {n} ranks: versions not held exactly once by every rank: {missing}; "
+              f"stop steps {sorted(stops)}; ranks stopped {sum(len(res['stops']) for res in results)}", file=sys.stderr)
+    blocked = [b * 1000 for res in results for b in res["blocked_s"]]
+    return {
+        f"plan_latency_p50_ms_{n}_ranks": round(_quantile(latencies, 0.5), 1),
+        f"plan_latency_p99_ms_{n}_ranks": round(_quantile(latencies, 0.99), 1),
+        f"plan_agreed_p99_ms_{n}_ranks": round(_quantile(agreed, 0.99), 1),  # publish -> the agreement told the rank
+        f"plan_read_p99_ms_{n}_ranks": round(_quantile(reads, 0.99), 1),  # -> the rank held the plan
+        f"agreement_ms_per_step_{n}_ranks": round(statistics.fmean(blocked), 3),
+        f"agreement_p99_ms_{n}_ranks": round(_quantile(sorted(blocked), 0.99), 3),
+        f"scheduler_cpu_ms_per_s_per_rank_{n}_ranks": round(cpu_s * 1000 / wall_s / n, 4),
+        f"scheduler_cpu_share_{n}_ranks": round(cpu_s / wall_s, 3),
+        f"plans_once_{n}_ranks": once,
+        f"same_stop_step_{n}_ranks": len(stops) == 1 and sum(len(res["stops"]) for res in results) == n,
+        f"steps_{n}_ranks": max(stops) if stops else 0,
+    }
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    if not xs:
+        return float("nan")
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ranks", default="64,256,1024", help="comma-separated rank counts")
+    ap.add_argument("--hosts", type=int, default=4, help="worker processes, each a host")
+    ap.add_argument("--step-ms", type=float, default=50.0)
+    ap.add_argument("--plans", type=int, default=6, help="plans published per size (then a STOP)")
+    ap.add_argument("--plan-every-s", type=float, default=1.5)
+    args = ap.parse_args(argv)
+    try:
+        sizes = [int(x) for x in args.ranks.split(",")]
+    except ValueError:
+        _fail("--ranks", args.ranks, "expected comma-separated integers")
+    if not sizes or any(n < 1 for n in sizes):
+        _fail("--ranks", args.ranks, "every size must be >= 1")
+    if not 1 <= args.hosts <= min(sizes):
+        _fail("--hosts", args.hosts, f"must be in [1, {min(sizes)}]")
+    if not args.step_ms > 0:
+        _fail("--step-ms", args.step_ms, "must be > 0")
+    if args.plans < 1:
+        _fail("--plans", args.plans, "must be >= 1")
+    if not args.plan_every_s > 0:
+        _fail("--plan-every-s", args.plan_every_s, "must be > 0")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `timeout` still tears the cluster down
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", str(port),
+                               "--dashboard-address", ":0", "--no-show"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    try:
+        for _ in range(args.hosts):
+            procs.append(subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address, "--no-nanny", "--nthreads", "1",
+                                           "--dashboard-address", ":0", "--host", "127.0.0.1"], env=env,
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        figures: dict = {"bench": "control_plane", "hosts": args.hosts, "step_ms": args.step_ms, "plans": args.plans,
+                         "cpus": os.cpu_count(), "load_avg_1m_start": round(os.getloadavg()[0], 1),
+                         "real": "Dask scheduler process, JobBoard, Courier (watchers: plan_watcher.watches), PlanSwitch per rank, "
+                                 "ProcessGroups.form, Agreement over gloo between hosts",
+                         "simulated": "ranks are threads (ranks/hosts per worker process); a step is a sleep; ranks of a host add "
+                                      "their agreement slots in memory before the host's allreduce"}
+        with Client(address, timeout=60) as client:
+            client.wait_for_workers(args.hosts, timeout=120)
+            workers = sorted(client.scheduler_info()["workers"])
+            for n in sizes:
+                t = time.monotonic()
+                figures.update(measure(client, procs[0].pid, workers, n, args.step_ms / 1000, args.plans, args.plan_every_s))
+                figures[f"wall_s_{n}_ranks"] = round(time.monotonic() - t, 1)
+                print(json.dumps({k: v for k, v in figures.items() if f"_{n}_" in k}), file=sys.stderr, flush=True)
+        figures["load_avg_1m_end"] = round(os.getloadavg()[0], 1)  # a shared box: the figures move with it
+        if "plan_latency_p99_ms_1024_ranks" in figures and "agreement_ms_per_step_256_ranks" in figures:
+            figures["targets_met"] = figures["plan_latency_p99_ms_1024_ranks"] <= 500 and figures["agreement_ms_per_step_256_ranks"] <= 5
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
