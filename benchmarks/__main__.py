@@ -119,7 +119,8 @@ def main(argv: list[str] | None = None) -> None:
     h = sub.add_parser("history", help="re-parse a markdown of per-stop prose into benchmarks/results/history/")
     h.add_argument("markdown", help="e.g. the old docs/benchmarks.md from git: git show 0ca22c1:docs/benchmarks.md > old.md")
     args = p.parse_args(argv)
-    console = Console()
+    # Into a pipe or a file, rich would wrap the table at 80 columns: keep one row per line.
+    console = Console() if sys.stdout.isatty() else Console(width=220)
     if args.cmd == "list":
         cmd_list(console)
     elif args.cmd == "run":
