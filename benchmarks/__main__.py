@@ -1,4 +1,4 @@
-"""python -m benchmarks list | run [--quick] [--out DIR] [--repeats N] [NAME...] | compare A B | history.
+"""python -m benchmarks list | run [--quick] [--out DIR] [--repeats N] [NAME...] | compare A B | table | history.
 
 ``run`` writes one results file per run under benchmarks/results/ (see
 benchmarks/harness/results.py for the schema); ``compare A B`` takes paths or ``latest`` /
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -18,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.harness import compare as cmp
-from benchmarks.harness import history, results, runner
+from benchmarks.harness import history, results, runner, table
 from benchmarks.harness.registry import BENCHMARKS, Registry
 
 
@@ -97,8 +98,22 @@ def cmd_compare(args: argparse.Namespace, console: Console) -> None:
 
 
 def cmd_history(args: argparse.Namespace, console: Console) -> None:
-    written = history.write_history(Path(args.markdown), results.RESULTS / "history")
+    try:
+        written = history.write_history(Path(args.markdown), results.RESULTS / "history", rev=args.rev)
+    except (OSError, subprocess.CalledProcessError) as e:
+        _fail(f"benchmarks history: {args.markdown} at --rev {args.rev}: {getattr(e, 'stderr', '') or e}".strip())
     console.print(f"wrote {len(written)} history entries under {results.RESULTS / 'history'}")
+
+
+def cmd_table(args: argparse.Namespace) -> None:
+    quick = None
+    if args.quick:
+        try:
+            quick = results.resolve(args.quick)
+        except FileNotFoundError as e:
+            _fail(f"benchmarks table: {e}")
+    full = [p for p in results.runs() if p != quick]
+    print(table.markdown(results.RESULTS / "history", full, quick))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -117,7 +132,10 @@ def main(argv: list[str] | None = None) -> None:
     c.add_argument("--format", choices=["table", "json"], default="table")
     c.add_argument("--all", action="store_true", help="every numeric figure, not only the registered ones")
     h = sub.add_parser("history", help="re-parse a markdown of per-stop prose into benchmarks/results/history/")
-    h.add_argument("markdown", help="e.g. the old docs/benchmarks.md from git: git show 0ca22c1:docs/benchmarks.md > old.md")
+    h.add_argument("markdown", help="the markdown (docs/benchmarks.md as it was: use --rev)")
+    h.add_argument("--rev", default=None, help="read the markdown at this git revision and date each entry by git blame")
+    t = sub.add_parser("table", help="the current-figures table of docs/benchmarks.md, as markdown")
+    t.add_argument("--quick", default=None, help="a quick run's results to show beside (path or latest)")
     args = p.parse_args(argv)
     # Into a pipe or a file, rich would wrap the table at 80 columns: keep one row per line.
     console = Console() if sys.stdout.isatty() else Console(width=220)
@@ -127,6 +145,8 @@ def main(argv: list[str] | None = None) -> None:
         cmd_run(args, console, Registry())
     elif args.cmd == "compare":
         cmd_compare(args, console)
+    elif args.cmd == "table":
+        cmd_table(args)
     else:
         cmd_history(args, console)
 

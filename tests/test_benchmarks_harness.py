@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.__main__ import main
-from benchmarks.harness import history, results, runner
+from benchmarks.harness import history, results, runner, table
 from benchmarks.harness.registry import BENCHMARKS, EXCLUDED, Benchmark, Figure, Registry
 
 REPO = Path(__file__).resolve().parents[1]
@@ -226,3 +226,36 @@ def test_every_benchmark_script_is_registered_or_excluded() -> None:
         assert (REPO / script).is_file(), f"EXCLUDED names {script}, which does not exist"
     names = [b.name for b in BENCHMARKS]
     assert len(names) == len(set(names))
+
+
+def test_history_from_a_git_revision_dates_each_figure_by_the_commit_that_wrote_it(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    (repo / "bench.md").write_text(MARKDOWN)
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run([*git, "add", "bench.md"], cwd=repo, check=True)
+    env = {**os.environ, "GIT_COMMITTER_DATE": "2026-01-05T10:00:00+00:00", "GIT_AUTHOR_DATE": "2026-01-05T10:00:00+00:00"}
+    subprocess.run([*git, "commit", "-qm", "figures"], cwd=repo, check=True, env=env)
+    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
+    (repo / "bench.md").write_text("# rewritten\n")  # the revision is read, not the working file
+    written = history.write_history(repo / "bench.md", tmp_path / "history", rev=sha)
+    entries = [e for p in written for e in json.loads(p.read_text())["benchmarks"]]
+    assert len(entries) == 4
+    assert {e["recorded"]["commit"] for e in entries} == {sha}
+    assert {e["recorded"]["at"] for e in entries} == {"2026-01-05T10:00:00+00:00"}
+
+
+def test_table_shows_each_registered_figure_with_its_last_value_and_where_it_came_from(tmp_path: Path) -> None:
+    md = tmp_path / "bench.md"
+    md.write_text(MARKDOWN)
+    history.write_history(md, tmp_path / "history")
+    quick = tmp_path / "quick.json"
+    quick.write_text(json.dumps({**_result({"allocator": {"dp_100x400_ms": 9.25}}), "quick": True, "date": "2026-02-01"}))
+    rows = {line.split(" | ")[1]: line for line in table.markdown(tmp_path / "history", [], quick).splitlines()[2:]}
+    assert len(rows) == sum(len(b.figures) for b in BENCHMARKS)
+    # The dated stop-7 section holds the newest full-size value (2.5, met: <= 5); the quick run
+    # (other sizes than the registry's full ones) is shown beside it, not as the last value.
+    assert rows["`dp_100x400_ms`"].startswith("| allocator | `dp_100x400_ms` | <= 5 | 2.5 ✓ |")
+    assert "2026-01-02, abc1234, stop 7" in rows["`dp_100x400_ms`"] and rows["`dp_100x400_ms`"].endswith("| 9.25 |")
+    assert "0.61 ✗" in rows["`cost_ratio_vs_static`"]  # 0.61 > 0.5

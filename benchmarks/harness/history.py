@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +51,9 @@ def sections(markdown: str) -> list[dict[str, Any]]:
     """Split at ## / ### headings: each with its heading, its parent ## heading and its text."""
     out: list[dict[str, Any]] = []
     parent = ""
-    current: dict[str, Any] = {"heading": "(preamble)", "parent": "", "lines": []}
+    current: dict[str, Any] = {"heading": "(preamble)", "parent": "", "lines": [], "start": 0}
     fenced = False
-    for line in markdown.splitlines():
+    for number, line in enumerate(markdown.splitlines()):
         if line.startswith("```"):
             fenced = not fenced
         m = HEADING.match(line) if not fenced else None
@@ -59,7 +61,7 @@ def sections(markdown: str) -> list[dict[str, Any]]:
             out.append(current)
             if m.group(1) == "##":
                 parent = m.group(2)
-            current = {"heading": m.group(2), "parent": parent if m.group(1) == "###" else "", "lines": []}
+            current = {"heading": m.group(2), "parent": parent if m.group(1) == "###" else "", "lines": [], "start": number}
         current["lines"].append(line)
     out.append(current)
     return [s for s in out if any(line.strip() for line in s["lines"])]
@@ -136,7 +138,31 @@ def table_figures(rows: list[list[str]]) -> dict[str, dict[str, float]]:
     return out
 
 
-def entry_of(section: dict[str, Any], index: int, doc: str) -> dict[str, Any]:
+def blame(markdown: Path, rev: str) -> list[dict[str, str]]:
+    """Per line of the file at ``rev``: the commit that wrote it and when (the date a figure
+    entered the doc, for the lines the doc itself left undated)."""
+    out = subprocess.run(["git", "blame", "--line-porcelain", rev, "--", markdown.name], cwd=markdown.resolve().parent,
+                         capture_output=True, text=True, check=True, timeout=120).stdout  # fmt: skip
+    lines: list[dict[str, str]] = []
+    current: dict[str, str] = {}
+    for line in out.splitlines():
+        if line.startswith("\t"):
+            lines.append(current)
+            current = {}
+        elif re.match(r"^[0-9a-f]{40} ", line):
+            current = {"commit": line[:40]}
+        elif line.startswith("committer-time "):
+            current["at"] = datetime.fromtimestamp(int(line.split()[1]), UTC).isoformat(timespec="seconds")
+        elif line.startswith("summary "):
+            current["summary"] = line[8:]
+    return lines
+
+
+def _recorded(blamed: list[dict[str, str]] | None, line: int) -> dict[str, str] | None:
+    return blamed[line] if blamed and 0 <= line < len(blamed) else None
+
+
+def entry_of(section: dict[str, Any], index: int, doc: str, blamed: list[dict[str, str]] | None = None) -> dict[str, Any]:
     text = "\n".join(section["lines"])
     head = f"{section['parent']} {section['heading']}"
     stop = STOP.search(section["heading"]) or STOP.search(section["parent"])
@@ -154,6 +180,7 @@ def entry_of(section: dict[str, Any], index: int, doc: str) -> dict[str, Any]:
         bench = next((b for b in BENCHMARKS if b.name == name), None)
         command = command_for(bench.script if bench else None, before, text + head)
         benchmarks.append({
+            "recorded": _recorded(blamed, section["start"] + before.count("\n")),
             "name": name, "script": bench.script if bench else None, "command": command, "status": "ok",
             "reason": "elided: the doc printed part of the line" if elided else "", "exit_code": None, "wall_s": figures.get("wall_s"),
             "figures": figures, "targets": results.targets_for(bench, figures) if bench else {}, "output_tail": "", "elided": elided,
@@ -166,7 +193,9 @@ def entry_of(section: dict[str, Any], index: int, doc: str) -> dict[str, Any]:
                 continue
             have.add(name)
             bench = next(b for b in BENCHMARKS if b.name == name)
+            row = next((i for i, line in enumerate(section["lines"]) if line.startswith(f"| `{next(iter(figs))}`")), 0)
             benchmarks.append({
+                "recorded": _recorded(blamed, section["start"] + row),
                 "name": name, "script": bench.script, "command": command_for(bench.script, text, text),
                 "status": "ok", "reason": "figures read from the doc's table", "exit_code": None, "wall_s": None, "figures": figs,
                 "targets": results.targets_for(bench, figs), "output_tail": "", "from_table": True,
@@ -181,32 +210,42 @@ def entry_of(section: dict[str, Any], index: int, doc: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def parse(markdown: str, doc: str = "docs/benchmarks.md") -> list[dict[str, Any]]:
-    return [entry_of(s, i, doc) for i, s in enumerate(sections(markdown), start=1)]
+def parse(markdown: str, doc: str = "docs/benchmarks.md", blamed: list[dict[str, str]] | None = None) -> list[dict[str, Any]]:
+    return [entry_of(s, i, doc, blamed) for i, s in enumerate(sections(markdown), start=1)]
 
 
 def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:60] or "section"
 
 
-def write_history(markdown: Path, out_dir: Path, doc: str = "docs/benchmarks.md") -> list[Path]:
+def write_history(markdown: Path, out_dir: Path, doc: str = "docs/benchmarks.md", rev: str | None = None) -> list[Path]:
+    """Parse ``markdown`` into out_dir; with ``rev``, the file is read from git at that revision
+    and every entry carries the commit and time that wrote its line (``recorded``)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for entry in parse(markdown.read_text(), doc):
+    text = markdown.read_text() if rev is None else subprocess.run(
+        ["git", "show", f"{rev}:./{markdown.name}"], cwd=markdown.resolve().parent, capture_output=True, text=True, check=True).stdout  # fmt: skip
+    for entry in parse(text, doc, blame(markdown, rev) if rev else None):
         path = out_dir / f"{entry['index']:03d}-{slug(entry['heading'])}.json"
         path.write_text(json.dumps(entry, indent=1, ensure_ascii=False) + "\n")
         written.append(path)
     return written
 
 
+def rank(doc: dict[str, Any], entry: dict[str, Any]) -> str:
+    """When a measurement was made, as far as the data says: the time its line entered the doc,
+    else the date written beside it, else the run's start."""
+    return (entry.get("recorded") or {}).get("at") or doc.get("date") or doc.get("started_at") or ""
+
+
 def latest_per_benchmark(paths: list[Path]) -> dict[str, Any]:
-    """One results object holding, per benchmark, its entry from the newest history section (by
-    the date written, then by order in the doc; undated sections count as oldest)."""
+    """One results object holding, per benchmark, its newest history entry (by ``rank``, then by
+    order in the doc)."""
     best: dict[str, tuple[tuple[str, int, int], dict[str, Any], dict[str, Any]]] = {}
     for path in paths:
         doc = json.loads(path.read_text())
         for n, entry in enumerate(doc.get("benchmarks", [])):
-            key = (doc.get("date") or "", doc.get("index", 0), n)
+            key = (rank(doc, entry), doc.get("index", 0), n)
             if entry["name"] not in best or key >= best[entry["name"]][0]:
                 best[entry["name"]] = (key, entry, doc)
     benchmarks = []
