@@ -73,7 +73,7 @@ def cmd_run(args: argparse.Namespace, console: Console, registry: Registry) -> N
 def _resolve(ref: str) -> tuple[dict[str, Any], str]:
     try:
         if ref == "history":
-            return history.latest_per_benchmark(results.history()), "history (each benchmark's last recorded figures)"
+            return history.latest_per_benchmark(results.history()), "history (each figure's last recorded value)"
         path = results.resolve(ref)
         return results.load(path), str(path)
     except (FileNotFoundError, ValueError) as e:

@@ -239,16 +239,22 @@ def rank(doc: dict[str, Any], entry: dict[str, Any]) -> str:
 
 
 def latest_per_benchmark(paths: list[Path]) -> dict[str, Any]:
-    """One results object holding, per benchmark, its newest history entry (by ``rank``, then by
-    order in the doc)."""
-    best: dict[str, tuple[tuple[str, int, int], dict[str, Any], dict[str, Any]]] = {}
+    """One results object holding, per benchmark, each figure's newest recorded value (by
+    ``rank``, then by order in the doc): entries are laid over each other oldest first, so a
+    section that re-measured a few figures (a table) keeps the older ones of the rest.
+    ``figure_sources`` names where each figure came from."""
+    found: list[tuple[tuple[str, int, int], dict[str, Any], dict[str, Any]]] = []
     for path in paths:
         doc = json.loads(path.read_text())
         for n, entry in enumerate(doc.get("benchmarks", [])):
-            key = (rank(doc, entry), doc.get("index", 0), n)
-            if entry["name"] not in best or key >= best[entry["name"]][0]:
-                best[entry["name"]] = (key, entry, doc)
-    benchmarks = []
-    for _, entry, doc in best.values():
-        benchmarks.append({**entry, "from": {"source": doc["source"], "date": doc.get("date"), "commit": doc.get("commit", {}).get("sha")}})
-    return {"schema": results.SCHEMA, "source": "benchmarks/results/history (latest per benchmark)", "benchmarks": benchmarks}
+            if entry.get("status") == "ok":
+                found.append(((rank(doc, entry), doc.get("index", 0), n), entry, doc))
+    merged: dict[str, dict[str, Any]] = {}
+    for _, entry, doc in sorted(found, key=lambda t: t[0]):
+        where = {"source": doc["source"], "date": doc.get("date"), "commit": doc.get("commit", {}).get("sha"), "command": entry.get("command")}
+        into = merged.setdefault(entry["name"], {**entry, "figures": {}, "figure_sources": {}})
+        into.update({k: v for k, v in entry.items() if k not in ("figures", "targets")})
+        into["figures"] = {**into["figures"], **entry["figures"]}
+        into["figure_sources"] = {**into["figure_sources"], **{k: where for k in entry["figures"]}}
+        into["from"] = where
+    return {"schema": results.SCHEMA, "source": "benchmarks/results/history (latest per figure)", "benchmarks": list(merged.values())}
