@@ -148,6 +148,8 @@ def fmt(v: Any) -> str:
         return "—"
     if isinstance(v, bool):
         return str(v).lower()
+    if isinstance(v, int | float) and abs(v) >= 1e4:
+        return f"{v:,.0f}"  # 12,048, not 1.205e+04
     if isinstance(v, float):
         return f"{v:.4g}"
     return str(v)
