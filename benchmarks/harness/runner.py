@@ -137,7 +137,7 @@ def run_benchmark(bench: Benchmark, root: Path, quick: bool, repeats: int = 1, p
         entry["reason"] = why
         return entry
     argv = [python, "-u", bench.script, *args]
-    entry["command"] = argv[:1] and ["python", *argv[1:]]
+    entry["command"] = ["python", *argv[1:]]  # the interpreter's path says nothing on another machine
     timeout_s = bench.quick_timeout_s if quick else bench.timeout_s
     figures: list[dict[str, Any]] = []
     walls: list[float] = []
