@@ -107,7 +107,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         figures=(_f("mean_abs_jct_diff_pct", "<=", 15, DOCS, note="jobs >= 2 min; --refit: <= 10"), _f("unaccounted_wall_pct", "<=", 3, DOCS)),
     ),
     Benchmark(
-        "rescale", "benchmarks/rescale_bench.py", quick=("--events", "1", "--steady-steps", "10", "--rounds", "2"), quick_timeout_s=240,
+        "rescale", "benchmarks/rescale_bench.py", quick=("--events", "1", "--steady-steps", "10", "--rounds", "2"), quick_timeout_s=360,
         summary="in-place rescale vs checkpoint-restart; elastic trainer's steady overhead (gloo, CPU)",
         figures=(
             _f("inplace_scale_out_s", "<=", 1, DOCS), _f("inplace_scale_in_s", "<=", 1, DOCS), _f("speedup_vs_restart", ">=", 10, DOCS),
@@ -143,7 +143,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         figures=(_f("wall_s_mean_error_last_half_pct"), _f("cpu_s_mean_error_last_half_pct"), _f("probe_repeat_drift_pct")),
     ),
     Benchmark(
-        "service", "benchmarks/service_bench.py", quick=("--latency-jobs", "3", "--submissions", "300"), quick_timeout_s=300,
+        "service", "benchmarks/service_bench.py", quick=("--latency-jobs", "3", "--submissions", "300"), quick_timeout_s=420,
         summary="scheduler service: submit latency, store throughput, decision time, crash recovery",
         figures=(
             _f("submit_to_running_p50_s", "<=", 1, DOCS, note="plus rank start"), _f("submissions_per_s", ">=", 500, DOCS),
