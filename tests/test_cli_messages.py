@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.processes import stop
+
 from flows.commands.train import missed_rescales
 
 
@@ -99,5 +101,4 @@ def test_a_scheduler_without_the_package_is_named_in_one_line(tmp_path):
             with pytest.raises(MissingPackageError, match=r"cannot import 'elastic_tasks'.*install malleable"):
                 warm_up_workers.fn(client, ["elastic_tasks.examples:mlp_tiny"])
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        stop(proc)

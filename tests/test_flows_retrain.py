@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.processes import stop
 import yaml
 from mlflow import MlflowClient
 
@@ -55,7 +57,7 @@ def test_retrain_deployment_trains_while_mlflow_is_down_and_metrics_arrive_later
     proc = subprocess.Popen(
         [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
          "--artifacts-destination", str(tmp_path / "artifacts"), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
     try:
         _wait_healthy(url, proc)
@@ -73,8 +75,7 @@ def test_retrain_deployment_trains_while_mlflow_is_down_and_metrics_arrive_later
         assert run.data.metrics["eval_accuracy"] == pytest.approx(outcome.eval_accuracy)
         assert "model/MLmodel" in {a.path for a in client.list_artifacts(run.info.run_id, "model")}
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        stop(proc)
 
 
 def test_every_deployment_in_prefect_yaml_loads():

@@ -18,6 +18,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from tests.processes import stop
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,13 +67,7 @@ def _wait_healthy(url: str, server: subprocess.Popen, limit_s: float = 120) -> N
 
 
 def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    stop(process)
 
 
 @pytest.mark.slow
