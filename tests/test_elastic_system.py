@@ -237,7 +237,11 @@ def test_every_rank_lost_resumes_from_the_last_checkpoint(client, reference, tmp
     # The log says why each rank was given up (their workers died), not what dropping them did.
     said = [r.getMessage() for r in caplog.records if "lost every rank" in r.getMessage()]
     assert len(said) == 1 and all(u in said[0] for u in rec.lost) and "cancelled" not in said[0], said
-    assert rec.resumed_step % 5 == 0 and 10 <= rec.resumed_step <= 15
+    # From the newest checkpoint at the kill: a multiple of 5 at or after the step seen before it,
+    # at most one interval (plus the two steps records lag) behind the last step reported (on a
+    # loaded box the ranks run on for a while between the status read and the kill).
+    assert rec.resumed_step % 5 == 0 and 10 <= rec.resumed_step <= rec.last_reported_step + 2
+    assert rec.last_reported_step - rec.resumed_step < 5 + 2, rec
     S = CoordinatorState
     assert job.lifecycle.history == (S.INIT, S.STARTING, S.RUNNING, S.RECOVERING, S.RUNNING, S.SUCCEEDED)
     # The killed ranks took their records with them; from the checkpoint on, the curve is the reference's.

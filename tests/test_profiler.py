@@ -23,9 +23,16 @@ def test_iteration_time_grows_with_batch():
     # One thread: with two on a loaded 2-core box a tiny step can stall on the preempted thread.
     threads_before = torch.get_num_threads()
     settings = ProfileSettings(batch_sizes=(2, 128), warmup=2, repeats=7, threads=1)
-    report = profile_recipe(vgg_small(), settings, allreduce=NO_COMM)
-    small, large = report.raw_iter_times_s
-    assert large > 2 * small, report.raw_iter_times_s  # 64x the samples; measured ~20x idle
+    # 64x the samples; measured ~20x idle. A box loaded by other work can preempt the small
+    # batch's few milliseconds: a profile is a measurement, so up to three are taken.
+    tried = []
+    for _ in range(3):
+        report = profile_recipe(vgg_small(), settings, allreduce=NO_COMM)
+        small, large = report.raw_iter_times_s
+        tried.append((small, large))
+        if large > 2 * small:
+            break
+    assert large > 2 * small, tried
     prof = report.profile
     assert prof.batch_sizes == (2, 128) and prof.max_batch_per_gpu == 128
     assert prof.num_params == sum(p.numel() for p in vgg_small().build_model().parameters())
