@@ -257,4 +257,6 @@ def latest_per_benchmark(paths: list[Path]) -> dict[str, Any]:
         into["figures"] = {**into["figures"], **entry["figures"]}
         into["figure_sources"] = {**into["figure_sources"], **{k: where for k in entry["figures"]}}
         into["from"] = where
+    for entry in merged.values():
+        entry.pop("targets", None)  # the oldest entry's verdicts: compare judges the merged figures anew
     return {"schema": results.SCHEMA, "source": "benchmarks/results/history (latest per figure)", "benchmarks": list(merged.values())}
