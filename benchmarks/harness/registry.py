@@ -208,6 +208,7 @@ EXCLUDED: dict[str, str] = {
     "benchmarks/goodput_diagnose.py": "measurements that explain goodput_bench's figures, printed as text, no JSON line",
     "benchmarks/measure_noise_scale.py": "writes benchmarks/data/noise_trajectories.json (data for goodput_bench), not a figure",
     "benchmarks/gpu_wheels.sh": "downloads wheels for the GPU machine",
+    "benchmarks/step_counters.py": "step_work_bench's counters (a module it imports)",
     "benchmarks/suite_under_burner.py": "the test suite N times beside a CPU burner (issue 39's flake check): a verdict on the tests, not a figure of the product",
 }
 
