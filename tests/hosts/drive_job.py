@@ -50,6 +50,15 @@ def main(scheduler: str, workers: int, gpus: int, steps: int, timeout_s: float, 
                 time.sleep(0.05)
             print("ready", json.dumps(dict(job.worker_of)), flush=True)
         result = job.wait(240)
+        # A lost rank's task was cancelled, but a frozen-then-thawed rank runs on in its worker's
+        # thread until it sees it was left behind: how long until no worker executes anything.
+        idle_after_s, t0 = None, time.monotonic()
+        while time.monotonic() - t0 < 6 * timeout_s:
+            busy = client.run(_executing)
+            if not any(busy.values()):
+                idle_after_s = time.monotonic() - t0
+                break
+            time.sleep(0.2)
         out = {
             "finished": result.finished,
             "steps": result.steps,
@@ -60,8 +69,13 @@ def main(scheduler: str, workers: int, gpus: int, steps: int, timeout_s: float, 
             "recoveries": [{"lost": list(r.lost), "survivors": list(r.survivors), "resumed_step": r.resumed_step, "pause_s": r.pause_s} for r in result.recoveries],
             "worker_of": dict(job.worker_of),
             "times": times,
+            "idle_after_s": idle_after_s,
         }
         print(json.dumps(out), flush=True)
+
+
+def _executing(dask_worker) -> int:  # noqa: ANN001 - distributed's Worker
+    return len(dask_worker.state.executing)
 
 
 if __name__ == "__main__":
