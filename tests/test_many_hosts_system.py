@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -29,7 +30,7 @@ STEPS, FAULT_STEP = 40, 8
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _run(n_workers: int, gpus: int, fault=None):
+def _run(n_workers: int, gpus: int, fault=None, check_idle=False):
     """Hosts 1..n_workers each run one worker; returns (outcome, fault time, host of each rank)."""
     env = {k: v for k, v in os.environ.items() if not k.endswith("_SOCKET_IFNAME")}
     with Hosts(n_workers + 1) as hosts:
@@ -38,8 +39,9 @@ def _run(n_workers: int, gpus: int, fault=None):
             hosts.start_worker(i, env={"PYTHONPATH": ROOT})
         argv = [sys.executable, "-m", "tests.hosts.drive_job", hosts.scheduler, str(n_workers), str(gpus), str(STEPS), str(TIMEOUT_S)]
         if fault:
-            argv.append(str(FAULT_STEP))
-        driver = hosts.popen(0, argv, env={"PYTHONPATH": ROOT}, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+            argv += [str(FAULT_STEP), "idle" if check_idle else "-"]
+        errors = tempfile.TemporaryFile("w+")
+        driver = hosts.popen(0, argv, env={"PYTHONPATH": ROOT}, cwd=ROOT, stdout=subprocess.PIPE, stderr=errors, text=True)
         t_fault, victim_host = None, None
         lines = []
         for line in driver.stdout:
@@ -50,7 +52,8 @@ def _run(n_workers: int, gpus: int, fault=None):
                 t_fault = time.monotonic()
                 fault(hosts, victim_host)
         driver.wait(timeout=30)
-        assert driver.returncode == 0 and lines, "".join(lines[-5:])
+        errors.seek(0)
+        assert driver.returncode == 0 and lines, "".join(lines[-5:]) + errors.read()[-3000:]
         out = json.loads(lines[-1])
         out["host_of"] = {uid: hosts.host_of(addr) for uid, addr in out["worker_of"].items()}
         return out, t_fault, victim_host
@@ -119,7 +122,7 @@ def test_a_frozen_host_is_left_behind_and_its_thawed_ranks_exit():
         time.sleep(2 * TIMEOUT_S + REPORT_GRACE_S + 3)
         hosts.thaw(i)
 
-    out, t_fault, victim = _run(3, 3, fault=freeze)
+    out, t_fault, victim = _run(3, 3, fault=freeze, check_idle=True)
     _shrinks_in_place(out, t_fault, victim)
     # Its rank, cancelled while frozen, finds it was left behind and returns: every worker idle.
     print(f"every worker idle {out['idle_after_s']} s after the job ended")
