@@ -30,3 +30,17 @@ def test_nothing_for_loopback_names_or_foreign_addresses():
 
 def test_this_hosts_loopback_is_found_without_a_table():
     assert interface_of("127.0.0.1") is not None
+
+
+def test_the_many_host_harness_runs_the_documented_worker_command():
+    # tests/hosts must start workers the way docs/deploy.md tells users to (its only extra: no dashboard).
+    import re
+    from pathlib import Path
+
+    from tests.hosts.netns import WORKER_ARGS, WORKER_ENV
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "deploy.md").read_text()
+    m = re.search(r"`(\w+)=(\w+) dask worker tcp://scheduler:8786 ([^`]*)`", doc)
+    assert m, "docs/deploy.md no longer gives the worker command"
+    assert WORKER_ENV == {m[1]: m[2]}
+    assert [a for a in WORKER_ARGS if a != "--no-dashboard"] == m[3].split()

@@ -23,7 +23,7 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
+import threading
 import uuid
 from dataclasses import dataclass, field
 
@@ -36,6 +36,10 @@ WORKER_ENV = {"DASK_DISTRIBUTED__WORKER__DAEMON": "False"}
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(["ip", *args], capture_output=True, text=True, check=check, timeout=30)
+
+
+def _exit_on_term(signum, frame) -> None:  # noqa: ANN001
+    raise SystemExit(128 + signum)
 
 
 def unavailable() -> str | None:
@@ -77,6 +81,9 @@ class Hosts:
 
     def __enter__(self) -> Hosts:
         atexit.register(self.close)
+        # atexit does not run on SIGTERM (a CI step's timeout): make it an exit, so finally/close run.
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _exit_on_term)
         try:
             self._build()
         except BaseException:
@@ -155,7 +162,14 @@ class Hosts:
                     pass
         self.procs.clear()
         while self._made:
-            _ip("netns", "del", self._made.pop(), check=False)
+            ns = self._made.pop()
+            # Anything still inside (a child that left its process group) dies with the namespace.
+            for pid in _ip("netns", "pids", ns, check=False).stdout.split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+            _ip("netns", "del", ns, check=False)
         try:
             atexit.unregister(self.close)
         except Exception:
