@@ -103,3 +103,39 @@ def loopback_warning(hosts: Iterable[str], resolve: Callable[[str], list[str]] =
         f"rendezvous hosts {', '.join(distinct)}: {named} resolves to loopback, so ranks on other hosts cannot reach it; "
         "start workers with a routable --host/--listen-address or fix the name's DNS/hosts entry"
     )
+
+
+def interface_of(address: str, interfaces: Mapping[str, Iterable[str]] | None = None) -> str | None:
+    """The network interface holding ``address`` (an IP), or None; ``interfaces``: name -> addresses (default: this host's).
+
+    On a host with several interfaces gloo otherwise binds where the host name resolves,
+    which inside a container or network namespace is often an address that host does not
+    have, and then loopback: peers on other hosts can never connect.
+    """
+    if interfaces is None:
+        import psutil  # distributed's own dependency
+
+        interfaces = {name: [a.address for a in addrs] for name, addrs in psutil.net_if_addrs().items()}
+    want = address.strip("[]").split("%")[0]
+    for name, addrs in sorted(interfaces.items()):
+        if any(a.split("%")[0] == want for a in addrs):
+            return name
+    return None
+
+
+def own_socket_env(address: str, environ: Mapping[str, str], interfaces: Mapping[str, Iterable[str]] | None = None) -> dict[str, str]:
+    """``GLOO_SOCKET_IFNAME``/``NCCL_SOCKET_IFNAME`` to add for a rank whose worker listens on ``address``.
+
+    Only the variables the user has not set, and nothing for a loopback address (a single
+    host) or one no interface holds (a name, NAT): the user's setting always wins.
+    """
+    host = address.strip("[]").split("%")[0]
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            return {}
+    except ValueError:
+        return {}
+    name = interface_of(host, interfaces)
+    if name is None:
+        return {}
+    return {var: name for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME") if not environ.get(var)}

@@ -26,7 +26,7 @@ from datetime import timedelta
 import torch.distributed as dist
 
 from elastic_tasks.board import JobBoard
-from elastic_tasks.devices import process_group_backend
+from elastic_tasks.devices import own_socket_env, process_group_backend
 from elastic_tasks.protocol import TrainConfig
 from elastic_tasks.rank.health.hang_watch import abort_communicators, configure_nccl_error_mode
 
@@ -60,6 +60,8 @@ class ProcessGroups:
         """
         timeout = timedelta(seconds=self.config.timeout_s)
         configure_nccl_error_mode(self.backend)
+        # Multi-host: gloo/nccl connect on the interface of the worker's own address unless the user chose one.
+        os.environ.update(own_socket_env(self.host, os.environ))
         if rank == 0:
             store = dist.TCPStore(self.host, 0, world, is_master=True, timeout=timeout, wait_for_workers=False)
             self.board.set_rendezvous(version, self.host, store.port)
