@@ -5,7 +5,7 @@ its ranks was in then (steps first: while one rank trains, the job trains); an i
 covered is *unaccounted* — the figure ``sim_vs_real_bench`` holds to a few per cent. Time
 before the first rank began (the executor's start: scheduling the tasks, building the model)
 is start; after the last rank returned, waiting (the loop noticing the end); queued is waiting
-too. The ranks record their timelines with ``elastic_tasks.rank.wall_split.WallTimeline``; the
+too. The ranks record their timelines with ``elastic_tasks.rank.accounting.wall_split.WallTimeline``; the
 simulator produces the same split from its model (``allocator.simulator``).
 """
 

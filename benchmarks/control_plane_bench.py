@@ -64,7 +64,7 @@ def run_host(board_id: str, host: int, hosts: int, uids: list[str], step_s: floa
     from elastic_tasks.rank.plan_switch import PlanSwitch
     from elastic_tasks.rank.plan_watcher import Courier, watches
     from elastic_tasks.rank.process_group import ProcessGroups
-    from elastic_tasks.rank.wall_split import WallTimeline
+    from elastic_tasks.rank.accounting.wall_split import WallTimeline
 
     torch.set_num_threads(1)
     board = JobBoard(board_id, get_client())

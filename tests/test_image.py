@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-NOT_SHIPPED = {"tests"}  # the only top-level package that stays out of the wheel
+NOT_SHIPPED = {"tests", "benchmarks"}  # run from a checkout (`python -m benchmarks`), never installed
 
 
 def repo_packages() -> set[str]:

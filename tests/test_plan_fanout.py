@@ -30,7 +30,7 @@ def board():
 
 def _switches(board, stores, timeout_s=10.0):
     from elastic_tasks.rank.plan_switch import PlanSwitch
-    from elastic_tasks.rank.wall_split import WallTimeline
+    from elastic_tasks.rank.accounting.wall_split import WallTimeline
 
     config = TrainConfig(global_batch=WORLD * 4, max_steps=100, timeout_s=timeout_s)
     switches = []

@@ -6,7 +6,7 @@ import math
 import tracemalloc
 
 from elastic_tasks.protocol import StepRecord
-from elastic_tasks.rank.step_history import StepHistory
+from elastic_tasks.rank.accounting.step_history import StepHistory
 
 
 def _records() -> list[StepRecord]:

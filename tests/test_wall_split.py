@@ -1,4 +1,4 @@
-"""Every second of a job accounted for (``allocator.wall_split``, ``elastic_tasks.rank.wall_split``):
+"""Every second of a job accounted for (``allocator.wall_split``, ``elastic_tasks.rank.accounting.wall_split``):
 a rank's timeline from a scripted clock, and the job's split composed from several ranks, against
 sums worked out by hand in each test."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from allocator.wall_split import Phase, PhaseInterval, WallSplit, job_split
-from elastic_tasks.rank.wall_split import MIN_NESTED_S, WallTimeline
+from elastic_tasks.rank.accounting.wall_split import MIN_NESTED_S, WallTimeline
 
 
 class Ticks:

@@ -20,7 +20,7 @@ from elastic_tasks.board import JobBoard
 from elastic_tasks.coordinator.timeouts import RECOVERY_POLL_S, plan_wait_s
 from elastic_tasks.protocol import Plan, PlanKind, TrainConfig
 from elastic_tasks.rank.plan_watcher import Courier
-from elastic_tasks.rank.wall_split import Phase, WallTimeline
+from elastic_tasks.rank.accounting.wall_split import Phase, WallTimeline
 
 
 class PlanSwitch:

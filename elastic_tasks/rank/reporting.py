@@ -13,7 +13,7 @@ from elastic_tasks.board import EventKind, JobBoard, JobStatus, RankEvent
 from elastic_tasks.protocol import Plan, SwitchRecord
 from elastic_tasks.rank.agreement import Agreed
 from elastic_tasks.rank.plan_watcher import Courier
-from elastic_tasks.rank.records import RankRecords
+from elastic_tasks.rank.accounting.records import RankRecords
 from elastic_tasks.rank.state.elastic import TrainMeta
 from elastic_tasks.rank.health.straggler import StragglerDetector
 

@@ -3,7 +3,7 @@
 Kept apart from ``trainer.py`` (the loop: generations, agreements, switches) so each stays
 small; ``StepWork`` is a mixin of ``trainer._Rank`` and reads the rank's state as it is.
 What it leaves for the loop is a ``PendingOutcome``: the step's loss and hits still on the
-device, read at the end of the next step (``rank/pending.py``, issue 34).
+device, read at the end of the next step (``rank/accounting/pending.py``, issue 34).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from elastic_tasks.rank import lr as lrs
 from elastic_tasks.rank import step as steps
 from elastic_tasks.rank.agreement import StepOutcome
 from elastic_tasks.rank.data.sharding import rank_slice
-from elastic_tasks.rank.pending import PendingOutcome, StepSums
+from elastic_tasks.rank.accounting.pending import PendingOutcome, StepSums
 from elastic_tasks.rank.scaling import loss_weight, micro_batches
 from elastic_tasks.recipe import to_device
 
@@ -40,7 +40,7 @@ class StepWork:
         self.state.optimizer.zero_grad(set_to_none=True)
         ddp, batches, recipe, scaler = self.ddp, self.batches, self.recipe, self.state.scaler
         assert ddp is not None and batches is not None
-        sums = StepSums()  # loss and hits add up on the device, read a step later (rank/pending.py)
+        sums = StepSums()  # loss and hits add up on the device, read a step later (rank/accounting/pending.py)
         self.local_clock.start()
         if self.config.noise_probe:
             self.noise.begin_step(ddp.module, self.world, len(chunks))

@@ -36,7 +36,7 @@ from elastic_tasks.rank.step_clock import LocalClock
 from elastic_tasks.board import EventKind, JobBoard, RankEvent
 from elastic_tasks.rank.health import gradient_hook
 from elastic_tasks.rank.health.collective import CollectiveFailure, HookWitness, collective
-from elastic_tasks.rank.pending import PendingOutcome
+from elastic_tasks.rank.accounting.pending import PendingOutcome
 from elastic_tasks.rank.step_work import StepWork
 from elastic_tasks.rank.plan_switch import PlanSwitch
 from elastic_tasks.rank.process_group import ProcessGroups
@@ -57,14 +57,14 @@ from elastic_tasks.rank.health.hang_watch import HangWatch, simulate_hang_reques
 from elastic_tasks.rank.data.loader import RankLoader
 from elastic_tasks.rank.noise.probe_schedule import SampleSchedule
 from elastic_tasks.rank.noise.scale import GradientNoiseProbe
-from elastic_tasks.rank.records import RankRecords
+from elastic_tasks.rank.accounting.records import RankRecords
 from elastic_tasks.rank.reporting import RankReporter
 from elastic_tasks.recipe import TrainingRecipe, build_optimizer, load_entry_point
 from elastic_tasks.rank.scaling import initial_lr, plan_accumulation, rescale_lr
 from elastic_tasks.rank.data.sharding import EpochSampler
 from elastic_tasks.rank.state.elastic import ElasticState, TrainMeta, has_checkpoint, read_meta
 from elastic_tasks.rank.health.straggler import StragglerDetector
-from elastic_tasks.rank.wall_split import Phase, WallTimeline
+from elastic_tasks.rank.accounting.wall_split import Phase, WallTimeline
 from elastic_tasks.coordinator.timeouts import plan_wait_s, rendezvous_wait_s
 
 log = logging.getLogger(__name__)

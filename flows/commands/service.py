@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from flows.commands.shared.common import settings_or_fail, store_or_fail
+from flows.commands.shared.live_cluster import live_gpus
 from flows.commands.shared.tables import generations_table, jobs_table
 from flows.commands.shared.console import EXIT_FAILED, EXIT_TIMEOUT, console, fail, print_raw
 
@@ -216,7 +217,7 @@ def _usage(settings, store, fmt: str, gpus: int | None) -> None:
         fail(str(exc))
     if store is None:
         fail(f"--usage: no job store yet at {_where(settings)}")
-    capacity, source = (gpus, "--gpus") if gpus is not None else _live_gpus(store)
+    capacity, source = (gpus, "--gpus") if gpus is not None else live_gpus(store)
     if capacity is None:
         capacity, source = peak_gpus(store, store.jobs()), "the most GPUs the service gave out at once"
     if capacity < 1:
@@ -227,24 +228,6 @@ def _usage(settings, store, fmt: str, gpus: int | None) -> None:
         return
     console.print(teams_table(report, f"fair shares of {capacity} GPUs ({source}); ρ against each team alone on its share, modelled"))
     console.print(submitters_table(report))
-
-
-def _live_gpus(store) -> tuple[int | None, str]:
-    """The GPU workers of the cluster the service holding the store's lease drives (None: none reachable)."""
-    from service.store.lease import Lease
-
-    info = Lease(store).info()
-    if info.holder is None or info.expires_at <= time.time() or not info.cluster_address:
-        return None, ""
-    from distributed import Client
-
-    from elastic_tasks.cluster import gpu_workers
-
-    try:
-        with Client(info.cluster_address, timeout=3, set_as_default=False) as client:
-            return len(gpu_workers(client)), "the running service's workers"
-    except (OSError, TimeoutError):
-        return None, ""
 
 
 def cancel(

@@ -88,10 +88,10 @@ def _work(samples: int | None, epochs: float | None, dataset_samples: int | None
 def _placement_problems(store, specs) -> list[str]:
     """Why the running service could never place each job that it could not (it needs more GPUs
     at its smallest than the service's cluster has). No running service: nothing is checked."""
-    from flows.commands.service import _live_gpus
+    from flows.commands.shared.live_cluster import live_gpus
     from service.jobs.limits import placement_problem
 
-    gpus, _ = _live_gpus(store)
+    gpus, _ = live_gpus(store)
     problems = [placement_problem(spec, gpus) for spec in specs]
     return [f"{why} (--no-placement-check to queue it for a cluster that will grow)" for why in problems if why is not None]
 

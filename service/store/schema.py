@@ -57,7 +57,7 @@ jobs = Table(
     Column("final_loss", Float),
     Column("eval_loss", Float),
     Column("mlflow_parent_run_id", String(64)),
-    # v3: where a finished job's wall time went (``elastic_tasks.rank.wall_split.WallSplit`` as JSON).
+    # v3: where a finished job's wall time went (``elastic_tasks.rank.accounting.wall_split.WallSplit`` as JSON).
     Column("wall_split", Text),
     # v5: which code the job ran ("sha256:<hex>" of its entry point's module file, as it started).
     Column("code_version", String(80)),

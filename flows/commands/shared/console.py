@@ -10,7 +10,7 @@ import traceback
 from typing import NoReturn
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
 
 # Exit codes: 0 success, 1 the work itself failed, 2 bad input (file, flag, setting), 3 a wait
@@ -23,16 +23,26 @@ EXIT_INTERRUPTED = 130
 
 
 
-def _width(stream) -> int | None:  # noqa: ANN001 - a text stream
+class _Console(Console):
     """Rich's width where it can see one (a terminal, or COLUMNS); piped, wide enough that no
-    table cuts a policy name to "goo…" (rich would assume 80 columns)."""
-    if os.environ.get("COLUMNS") or stream.isatty():
-        return None
-    return 400
+    table cuts a policy name to "goo…" (rich would assume 80 columns). Decided at each print,
+    not once at import: where the output goes, and COLUMNS, can change in one process."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        seen = super().size
+        if self._width is not None or os.environ.get("COLUMNS", "").isdigit() or self.is_terminal:
+            return seen
+        return ConsoleDimensions(PIPED_WIDTH, seen.height)
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        Console.size.fset(self, new_size)  # type: ignore[attr-defined]
 
 
-console = Console(width=_width(sys.stdout))
-err_console = Console(stderr=True, width=_width(sys.stderr))
+PIPED_WIDTH = 400
+console = _Console()
+err_console = _Console(stderr=True)
 
 # Loggers that speak at INFO through a normal run (Dask's cluster start-up and shutdown,
 # Prefect's flow-run chatter, MLflow's store migrations, the HTTP clients).

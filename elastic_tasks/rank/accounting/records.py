@@ -12,7 +12,7 @@ import statistics
 
 from elastic_tasks.protocol import EvalResult, RankExit, RankResult, SwitchRecord
 from elastic_tasks.rank.state.elastic import TrainMeta
-from elastic_tasks.rank.step_history import StepHistory
+from elastic_tasks.rank.accounting.step_history import StepHistory
 
 # The median step time is of the last steps of the last generation: a bounded window, so a
 # long run keeps no per-step memory (issue 34) and the figure follows the current speed.
