@@ -27,15 +27,11 @@ import yaml
 
 from service.store import JobStore
 from service.store.records import JobState
+from tests.test_service_system import PROFILE
 
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
-PROFILE = {
-    "workload": "mlp_tiny", "hardware": "test", "num_params": 6532, "batch_sizes": [8, 16, 32, 64],
-    "iter_times_s": [0.004, 0.006, 0.010, 0.018], "max_batch_per_gpu": 64,
-    "allreduce": {"latency_s": 0.0005, "seconds_per_param": 1e-9},
-}  # fmt: skip
 
 MODULE = """
 import os
