@@ -28,10 +28,14 @@ class _Console(Console):
     table cuts a policy name to "goo…" (rich would assume 80 columns). Decided at each print,
     not once at import: where the output goes, and COLUMNS, can change in one process."""
 
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self._width = None  # rich fixes COLUMNS as it was at construction (an import): read it per print
+
     @property
     def size(self) -> ConsoleDimensions:
         seen = super().size
-        if self._width is not None or os.environ.get("COLUMNS", "").isdigit() or self.is_terminal:
+        if os.environ.get("COLUMNS", "").isdigit() or self.is_terminal:
             return seen
         return ConsoleDimensions(PIPED_WIDTH, seen.height)
 
