@@ -43,7 +43,12 @@ def test_a_team_takes_its_quota_back_by_shrinking_the_borrower_in_place_and_the_
     # When: one interval (plus the poll that reads the submission), then the shrink and the start.
     mlflow = MlflowClient(f"sqlite:///{(cwd / 'state' / 'mlflow.db').resolve()}")
     wait_until(lambda: store.job(a).mlflow_run_id and store.job(b).mlflow_run_id, 60, "both MLflow runs", store)
-    pause = {j: [m.value for m in mlflow.get_metric_history(store.job(j).mlflow_run_id, "rescale_pause_s")] for j in (a, b)}
+    def pauses(j):
+        return [m.value for m in mlflow.get_metric_history(store.job(j).mlflow_run_id, "rescale_pause_s")]
+
+    # Metrics reach MLflow through the service's tracking thread, after the store's rows.
+    wait_until(lambda: len(pauses(a)) >= 2 and len(pauses(b)) >= 1, 60, "the rescale pauses in MLflow", store)
+    pause = {j: pauses(j) for j in (a, b)}
     shrink_s, start_s = pause[a][1], pause[b][0]
     started = store.allocations(b)[0].time
     assert started - submitted <= INTERVAL_S + 0.2 + shrink_s + start_s + 2.0, (started - submitted, shrink_s, start_s)
