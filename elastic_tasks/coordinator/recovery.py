@@ -3,7 +3,9 @@
 A rank whose collective fails reports the step it holds and waits. Once every member of the
 failed generation has reported or is known dead, the survivors form the next generation,
 copying the state of the survivor furthest ahead. If nobody survived, new ranks load the
-last checkpoint; without one the job fails. When every rank dies at once nobody reports: the
+last checkpoint; without one the job fails. The members declared lost are fenced first
+(``JobBoard.fence``): whatever they write later — a frozen host thawed, a cut link back — the
+scheduler refuses, and their results are left out of the job's. When every rank dies at once nobody reports: the
 scheduler's view of the workers is then the only witness, checked on every pump tick.
 
 On nccl a dead peer does not make the survivors' collective fail: it hangs. So the same
