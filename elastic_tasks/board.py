@@ -5,6 +5,11 @@ the scheduler's metadata, and a Dask ``Event`` per version that ranks long-poll 
 ranks report events on a Dask ``Queue`` that the coordinator drains; rank 0 publishes a
 status ``Variable`` the coordinator reads for progress. Values travel as pickled bytes
 because the scheduler stores only msgpack-encodable data.
+
+Fencing: once the coordinator declares a rank lost (``fence``), the scheduler refuses every
+write of that rank (``writer``), however late it comes (a frozen host thawed, a cut link back):
+a rank's writes run on the scheduler as one check-and-write (``_write_on_scheduler``), so no
+race between the check and the write. A refused rank gets ``Fenced`` and leaves.
 """
 
 from __future__ import annotations
@@ -12,12 +17,30 @@ from __future__ import annotations
 import dataclasses
 import pickle
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 
 from distributed import Client, Event, Queue, Variable
 
 from elastic_tasks.protocol import EvalResult, Plan
+
+
+class Fenced(RuntimeError):
+    """This rank was declared lost in generation ``version``: the job takes nothing more from it."""
+
+    def __init__(self, uid: str, version: int) -> None:
+        super().__init__(f"rank {uid} was declared lost in generation {version}: its writes are refused")
+        self.uid, self.version = uid, version
+
+
+@dataclass(frozen=True, slots=True)
+class WriteLedger:
+    """What the scheduler did with one rank's writes (evidence for tests and post-mortems)."""
+
+    accepted: int
+    refused: int
+    last_accepted: float  # wall time (the scheduler's clock) of the last accepted write; 0: none
 
 
 class EventKind(str, Enum):
@@ -40,6 +63,10 @@ class RankEvent:
     world_size: int = 0
     detail: str = ""
     time: float = 0.0
+    # FAILED: how long the failed data-plane region had blocked this rank (0: it failed at once or
+    # outside one). Recovery reads it: peers that waited a control timeout for a silent member
+    # need not wait another for that member's own report.
+    blocked_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,25 +84,68 @@ class JobStatus:
     # so one pushed between two reads still reaches the reader.
     recent_evals: tuple[EvalResult, ...] = ()
     accum_steps: int = 1  # micro-steps per step the ranks ran (the plan's, else the trainer's rule)
+    writer: str = ""  # the rank (uid) that published it
 
 
 class JobBoard:
-    def __init__(self, job_id: str, client: Client) -> None:
+    """One job's board. ``writer``: the rank (uid) this board writes for — its writes are fenced
+    (refused once the coordinator declared it lost); None: the coordinator's board."""
+
+    def __init__(self, job_id: str, client: Client, writer: str | None = None) -> None:
         if not job_id or any(c.isspace() for c in job_id):
             raise ValueError(f"job_id={job_id!r}: must be non-empty without whitespace")
         self.job_id = job_id
         self.client = client
+        self.writer = writer
 
     def _key(self, name: str) -> str:
         return f"malleable-{self.job_id}-{name}"
 
+    def _write(self, target: str, name: str, data: object) -> str:
+        """A write of this board's rank, checked against the fence on the scheduler, in one step."""
+        if self.writer is None:
+            raise RuntimeError("JobBoard._write: only a rank's board (writer set) writes through the fence")
+        answer = self.client.run_on_scheduler(_write_on_scheduler, self._key(""), self.writer, target, name, data)
+        if isinstance(answer, (int, float)) and not isinstance(answer, bool):
+            raise Fenced(self.writer, int(answer))
+        return str(answer)
+
     def mark_started(self, uid: str) -> bool:
-        """Record that rank ``uid`` ran; False if it already had (a re-run of its task)."""
+        """Record that rank ``uid`` ran; False if it already had (a re-run of its task) or was fenced."""
         key = self._key(f"started-{uid}")
+        if self.writer is not None:
+            try:
+                return self._write("started", key, True) == "ok"
+            except Fenced:
+                return False
         if self.client.get_metadata(key, False):
             return False
         self.client.set_metadata(key, True)
         return True
+
+    # fencing: the coordinator's word that a rank is out, and the rank's check before a commit
+    def fence(self, uids: Iterable[str], version: int) -> None:
+        """Declare ``uids`` lost in generation ``version``: from now on the scheduler refuses their writes."""
+        for uid in uids:
+            self.client.set_metadata([self._key("fenced"), uid], [int(version), time.time()])
+
+    def fenced(self) -> dict[str, tuple[int, float]]:
+        """Each fenced rank: the generation it was lost in and when (wall time) it was fenced."""
+        value = self.client.get_metadata(self._key("fenced"), None) or {}
+        return {uid: (int(v), float(t)) for uid, (v, t) in value.items()}
+
+    def confirm_writer(self) -> None:
+        """Raise ``Fenced`` if this board's rank was declared lost (before committing a checkpoint)."""
+        if self.writer is None:
+            return
+        value = self.client.get_metadata([self._key("fenced"), self.writer], None)
+        if value is not None:
+            raise Fenced(self.writer, int(value[0]))
+
+    def ledger(self) -> dict[str, WriteLedger]:
+        """What the scheduler accepted and refused from each rank so far."""
+        value = self.client.get_metadata(self._key("writes"), None) or {}
+        return {uid: WriteLedger(int(a), int(r), float(t)) for uid, (a, r, t) in value.items()}
 
     def forget(self) -> int:
         """Remove this job's plans, rendezvous, status, events and flags from the scheduler.
@@ -123,6 +193,9 @@ class JobBoard:
 
     # rendezvous of one generation, hosted by its rank 0
     def set_rendezvous(self, version: int, host: str, port: int) -> None:
+        if self.writer is not None:
+            self._write("variable", self._key(f"rdzv-{version}"), pickle.dumps((host, port)))
+            return
         self._var(f"rdzv-{version}").set(pickle.dumps((host, port)))
 
     def rendezvous(self, version: int, timeout: float) -> tuple[str, int]:
@@ -133,6 +206,9 @@ class JobBoard:
 
     # status and events
     def set_status(self, status: JobStatus) -> None:
+        if self.writer is not None:
+            self._write("metadata", self._key("status"), pickle.dumps(status))
+            return
         self.client.set_metadata(self._key("status"), pickle.dumps(status))
 
     def status(self) -> JobStatus | None:
@@ -142,7 +218,10 @@ class JobBoard:
     def post(self, event: RankEvent) -> None:
         if not event.time:
             event = dataclasses.replace(event, time=time.time())
-        Queue(f"malleable-{self.job_id}-events", client=self.client).put(pickle.dumps(event))
+        if self.writer is not None:
+            self._write("queue", self._key("events"), pickle.dumps(event))
+            return
+        Queue(self._key("events"), client=self.client).put(pickle.dumps(event))
 
     def drain(self, timeout: float) -> list[RankEvent]:
         """Events posted so far; if none, waits ``timeout`` and looks once more.
@@ -155,6 +234,40 @@ class JobBoard:
             if not queue.qsize():
                 return []
         return [pickle.loads(b) for b in queue.get(batch=True)]
+
+
+async def _write_on_scheduler(prefix: str, writer: str, target: str, name: str, data: object, dask_scheduler=None) -> object:  # noqa: ANN001
+    """Runs on the scheduler: refuse ``writer``'s write if it was fenced (answer: the generation it
+    was lost in), else write ``data`` to ``name`` (answer: "ok", or "again" for a second start mark).
+
+    One coroutine on the scheduler's event loop: nothing runs between the check and the write.
+    ``target``: "metadata", "queue" (a Dask Queue's put), "variable" (a Dask Variable's set), or
+    "started" (set a flag unless already set).
+    """
+    metadata = dask_scheduler.task_metadata
+    fenced = metadata.get(f"{prefix}fenced", {}).get(writer)
+    ledger = metadata.setdefault(f"{prefix}writes", {}).setdefault(writer, [0, 0, 0.0])
+    if fenced is not None:
+        ledger[1] += 1
+        return int(fenced[0])
+    if target == "metadata":
+        metadata[name] = data
+    elif target == "started":
+        if metadata.get(name):
+            return "again"
+        metadata[name] = True
+    elif target == "queue":
+        queues = dask_scheduler.extensions["queues"]
+        if name not in queues.queues:
+            queues.create(name=name)
+        await queues.put(name=name, data=data)
+    elif target == "variable":
+        await dask_scheduler.extensions["variables"].set(name=name, data=data)
+    else:
+        raise ValueError(f"target={target!r}: expected metadata, started, queue or variable")
+    ledger[0] += 1
+    ledger[2] = time.time()
+    return "ok"
 
 
 async def _forget_on_scheduler(prefix: str, dask_scheduler=None) -> int:  # noqa: ANN001  (runs on the scheduler)

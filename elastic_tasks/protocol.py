@@ -31,6 +31,7 @@ class RankExit(str, Enum):
     LEFT = "left"  # not a member of the next generation
     STOPPED = "stopped"
     DUPLICATE = "duplicate"  # a re-run of a rank task that already ran: did nothing
+    FENCED = "fenced"  # declared lost by the coordinator; its writes were refused, so it left
 
 
 @dataclass(frozen=True, slots=True)

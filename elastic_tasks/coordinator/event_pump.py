@@ -34,6 +34,7 @@ class Heard:
     applied: dict[int, RankEvent] = field(default_factory=dict)
     stopped: dict[int, RankEvent] = field(default_factory=dict)
     failed: dict[int, dict[str, int]] = field(default_factory=dict)  # version -> uid -> step it held
+    blocked: dict[int, float] = field(default_factory=dict)  # version -> longest a reporter sat in its failed collective
     stragglers: list[tuple[int, str]] = field(default_factory=list)
     errors: list[RankEvent] = field(default_factory=list)
     finished: RankEvent | None = None
@@ -76,6 +77,7 @@ class EventPump:
                 h.stopped[event.version] = event
             elif event.kind == EventKind.FAILED:
                 h.failed.setdefault(event.version, {})[event.uid] = event.step
+                h.blocked[event.version] = max(h.blocked.get(event.version, 0.0), event.blocked_s)
             elif event.kind == EventKind.STRAGGLER:
                 h.stragglers.append((event.step, event.uid))
             elif event.kind == EventKind.FINISHED:

@@ -216,7 +216,9 @@ class JobCoordinator:
 
     def status(self) -> JobStatus | None:
         status = self.board.status()
-        if status is not None:
+        # The board refuses a fenced rank's status; one it published before it was declared lost
+        # stays until the next generation's rank 0 publishes: not the job's progress either.
+        if status is not None and status.writer not in self.recovery.fenced:
             self._status = status
         return self._status
 
@@ -244,7 +246,7 @@ class JobCoordinator:
         results = list(self._results.values())
         self.close()
         self.pool.give_back(self.worker_of.values(), owner=self.job_id)
-        return gather(self.job_id, self.finished, results, self.rescales, self.recoveries, self.pump.heard.stragglers)
+        return gather(self.job_id, self.finished, results, self.rescales, self.recoveries, self.pump.heard.stragglers, frozenset(self.recovery.fenced))
 
     def close(self) -> None:
         self.pump.close()
@@ -313,7 +315,8 @@ class JobCoordinator:
         """Move finished ranks' results into the coordinator and release their futures."""
         for uid, fut in list(self.futures.items()):
             if fut.status == "finished":
-                self._results[uid] = fut.result()
+                if uid not in self.recovery.fenced:  # a rank declared lost: what it returns is not the job's
+                    self._results[uid] = fut.result()
                 fut.release()
                 del self.futures[uid]
 

@@ -71,9 +71,13 @@ def gather(
     rescales: Iterable[RescaleOutcome],
     recoveries: Iterable[RecoveryRecord],
     stragglers: Iterable[tuple[int, str]],
+    fenced: frozenset[str] = frozenset(),
 ) -> JobResult:
     """One job's result from its ranks' results: a step's record comes from the rank that got
-    furthest, an agreed record before one rank's own view of a step whose group failed."""
+    furthest, an agreed record before one rank's own view of a step whose group failed. The
+    results of ``fenced`` ranks (declared lost) are left out: nothing of theirs reaches the
+    job's records or MLflow, whatever they trained after they were cut off."""
+    results = [r for r in results if r.uid not in fenced]
     history: dict[int, StepRecord] = {}
     for r in sorted(results, key=lambda r: r.step):
         for rec in r.history:

@@ -3,7 +3,9 @@
 A rank whose collective fails reports the step it holds and waits. Once every member of the
 failed generation has reported or is known dead, the survivors form the next generation,
 copying the state of the survivor furthest ahead. If nobody survived, new ranks load the
-last checkpoint; without one the job fails. When every rank dies at once nobody reports: the
+last checkpoint; without one the job fails. The members declared lost are fenced first
+(``JobBoard.fence``): whatever they write later — a frozen host thawed, a cut link back — the
+scheduler refuses, and their results are left out of the job's. When every rank dies at once nobody reports: the
 scheduler's view of the workers is then the only witness, checked on every pump tick.
 
 On nccl a dead peer does not make the survivors' collective fail: it hangs. So the same
@@ -33,6 +35,9 @@ log = logging.getLogger(__name__)
 PLAN_READ_S = 5.0
 # Survivors report within one collective timeout of the failure (a hung peer's collective
 # times out after ``timeout_s``); this much more lets their reports travel to the scheduler.
+# Where a report says its rank already sat a control timeout in the failed collective (a silent
+# peer: link cut, frozen host), every live member was in that collective too and reports within
+# this grace of the first report; the silent one has had its control timeout: no second one.
 REPORT_GRACE_S = 5.0
 # Asking the scheduler whether every member's worker died is a round trip: twice a second.
 ALL_DEAD_CHECK_S = 0.5
@@ -65,6 +70,7 @@ class Recovery:
         self.records: list[RecoveryRecord] = []
         self._next_check = 0.0
         self._signalled: set[int] = set()  # generations the ranks were told lost a member
+        self.fenced: set[str] = set()  # ranks declared lost: the job takes nothing more from them
 
     def recovered_from(self) -> set[int]:
         return {r.failed_version for r in self.records}
@@ -120,8 +126,8 @@ class Recovery:
                 return
             job.lifecycle.move(CoordinatorState.RECOVERING)
             members = job.board.plan(failed_version, timeout=PLAN_READ_S).members
-            deadline = time.monotonic() + job.config.timeout_s + REPORT_GRACE_S
-            while time.monotonic() < deadline:
+            t0 = time.monotonic()
+            while time.monotonic() < report_deadline(t0, job.config.timeout_s, pump.heard.blocked.get(failed_version, 0.0)):
                 reported = pump.heard.failed.get(failed_version, {})
                 if all(u in reported or job.dead(u) for u in members):
                     break
@@ -130,6 +136,10 @@ class Recovery:
             survivors = tuple(u for u in members if u in reported and not job.dead(u))
             lost = tuple(u for u in members if u not in survivors)
             why = "; ".join(why_lost(job, u) for u in lost)  # before drop(): it cancels their tasks
+            # Before anything else changes: whatever a lost rank writes from now on (a frozen host
+            # thawed, a cut link back) the scheduler refuses (board.JobBoard.fence).
+            job.board.fence(lost, failed_version)
+            self.fenced.update(lost)
             job.drop(lost)
             last_status = job.status()
             last_step = max([*reported.values(), last_status.step if last_status else 0])
@@ -177,6 +187,18 @@ class Recovery:
             time.sleep(NANNY_POLL_S)
         workers = job.pool.take(job.job_id, max(1, min(wanted, len(job.pool.free()))))
         return tuple(job.launch(addr, version) for addr in workers)
+
+
+def report_deadline(t0: float, timeout_s: float, blocked_s: float) -> float:
+    """Until when recovery (begun at ``t0``) waits for the failed generation's members to report.
+
+    ``blocked_s``: the longest any report says its rank sat in the failed collective. Once that
+    reaches the control timeout, the member that never answered has had its timeout; the rest
+    report within ``REPORT_GRACE_S``. Otherwise a member may still be blocked in the collective
+    for up to a control timeout before it reports (the old, longer wait)."""
+    if blocked_s >= timeout_s:
+        return t0 + REPORT_GRACE_S
+    return t0 + timeout_s + REPORT_GRACE_S
 
 
 def why_lost(job: JobCoordinator, uid: str) -> str:

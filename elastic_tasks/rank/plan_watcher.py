@@ -9,7 +9,7 @@ import contextlib
 import threading
 import time
 
-from elastic_tasks.board import JobBoard, JobStatus
+from elastic_tasks.board import Fenced, JobBoard, JobStatus
 
 _WAIT_S = 2.0  # courier: longest server-side wait for the next plan version
 _BACKUP_POLL_S = 2.0
@@ -44,6 +44,7 @@ class Courier(threading.Thread):
         self._seen_lock = threading.Lock()  # the courier and the rank's refresh() both raise it
         # False: the rank learns new versions from the agreement only (``watches``); status is still pushed.
         self.watching = True
+        self.fenced = False  # the board refused a status: this rank was declared lost
 
     def _see(self, version: int | None) -> None:
         with self._seen_lock:
@@ -73,9 +74,8 @@ class Courier(threading.Thread):
                 last_poll = now
             status = self.status
             if status is not None and status is not self._sent and now - last_push >= _STATUS_EVERY_S:
-                with contextlib.suppress(Exception):
-                    self.board.set_status(status)
-                    self._sent, last_push = status, now
+                self._push(status)
+                last_push = now
 
     def refresh(self) -> int:
         """Read the newest version now (recovery: no waiting for the backup poll)."""
@@ -86,9 +86,19 @@ class Courier(threading.Thread):
     def flush(self) -> None:
         status = self.status
         if status is not None and status is not self._sent:
-            with contextlib.suppress(Exception):
-                self.board.set_status(status)
-                self._sent = status
+            self._push(status)
+
+    def _push(self, status: JobStatus) -> None:
+        try:
+            self.board.set_status(status)
+            self._sent = status
+        except Fenced:
+            # The scheduler refuses this rank's writes for good: stop asking (the rank's own
+            # next write raises Fenced in its thread and it leaves).
+            self.fenced = True
+            self._stop.set()
+        except Exception:  # noqa: BLE001 - the worker is closing; the stop flag ends us
+            pass
 
     def stop(self) -> None:
         self._stop.set()

@@ -53,5 +53,5 @@ class RankReporter:
         if rank == 0:
             self.courier.status = JobStatus(
                 plan.version, meta.step, meta.samples_seen, world, meta.global_batch, record.loss, time.time(), record.noise_scale,
-                lr=record.lr, recent_evals=tuple(self.records.evals[-RECENT_EVALS:]), accum_steps=accum,
+                lr=record.lr, recent_evals=tuple(self.records.evals[-RECENT_EVALS:]), accum_steps=accum, writer=self.uid,
             )

@@ -31,9 +31,9 @@ from torch.nn.parallel import DistributedDataParallel
 
 from elastic_tasks.rank import lr as lrs, step as steps
 from elastic_tasks.rank.agreement import Agreed, Agreement, StepOutcome
-from elastic_tasks.rank.state.checkpoint_writer import CheckpointWriter
+from elastic_tasks.rank.state.checkpoint_writer import CheckpointWriter, CommitGuard
 from elastic_tasks.rank.step_clock import LocalClock
-from elastic_tasks.board import EventKind, JobBoard, RankEvent
+from elastic_tasks.board import EventKind, Fenced, JobBoard, RankEvent
 from elastic_tasks.rank.health import gradient_hook
 from elastic_tasks.rank.health.collective import CollectiveFailure, HookWitness, collective
 from elastic_tasks.rank.accounting.pending import PendingOutcome
@@ -71,12 +71,18 @@ log = logging.getLogger(__name__)
 
 def run_rank(spec: RankSpec) -> RankResult:
     """Dask task: train as rank ``spec.uid`` on board ``spec.board_id`` until the job ends or the rank leaves."""
-    board = JobBoard(spec.board_id, get_client())
+    # Its writes go through the fence: once the coordinator declared this rank lost, the
+    # scheduler refuses them and the rank leaves (``Fenced``), however late it comes back.
+    board = JobBoard(spec.board_id, get_client(), writer=spec.uid)
     # Dask re-runs the tasks of a dead worker elsewhere; a rank's identity lives once only.
     if not board.mark_started(spec.uid):
         return RankResult(spec.uid, RankExit.DUPLICATE, step=0, samples_seen=0)
     try:
         return _Rank(spec, board).run()
+    except Fenced as exc:
+        # Not an error of the job's: it went on without this rank (a frozen host thawed, a cut link back).
+        log.warning("rank %s: %s; it leaves without another write", spec.uid, exc)
+        return RankResult(spec.uid, RankExit.FENCED, step=0, samples_seen=0)
     except BaseException as exc:
         with contextlib.suppress(Exception):
             board.post(RankEvent(EventKind.ERROR, spec.uid, spec.join_version, -1, detail=f"{type(exc).__name__}: {exc}"[:500]))
@@ -126,7 +132,9 @@ class _Rank(StepWork):
         self.noise = GradientNoiseProbe(schedule=SampleSchedule(cost_budget=self.config.noise_probe_budget))
         # Tells a failed gradient allreduce from the recipe's own errors; never calls into an aborted group.
         self.witness = HookWitness(lambda: self.plan is not None and self.watch.aborted(self.plan.version))
-        self.checkpoints = CheckpointWriter()  # rank 0's periodic checkpoints, off the step loop
+        # Rank 0's periodic checkpoints, off the step loop; each committed only while this rank is not fenced.
+        self.guard = CommitGuard(spec.uid, lambda: self.plan.version if self.plan is not None else spec.join_version, board.confirm_writer)
+        self.checkpoints = CheckpointWriter(self.guard)
         self.local_clock = LocalClock(self.device)  # straggler timing: CUDA events on a GPU
         # Frees a data-plane collective that a lost peer left hanging (nccl); rank/health/hang_watch.py.
         # The same abort on gloo (which cannot free a collective in flight): the group goes away either way.
@@ -243,7 +251,7 @@ class _Rank(StepWork):
             self.checkpoints.wait()  # what the loop saved is on disk before anyone is told it stopped
         if plan.kind == PlanKind.CHECKPOINT_STOP and self.rank == 0 and self.plan is not None:
             with self.wall.phase(Phase.CHECKPOINT):
-                self.state.save(self.config.checkpoint_dir)  # type: ignore[arg-type]
+                self.state.save(self.config.checkpoint_dir, self.guard)  # type: ignore[arg-type]
         if self.rank == 0 and self.plan is not None and plan.kind in (PlanKind.STOP, PlanKind.CHECKPOINT_STOP):
             self.board.post(RankEvent(EventKind.STOPPED, self.spec.uid, plan.version, self.state.meta.step, time=t_stop))
         self._drop_group()
@@ -264,7 +272,7 @@ class _Rank(StepWork):
             self.state.meta = dataclasses.replace(self.state.meta, finished=True)
             if self.config.checkpoint_dir is not None:
                 with self.wall.phase(Phase.CHECKPOINT):
-                    self.state.save(self.config.checkpoint_dir)
+                    self.state.save(self.config.checkpoint_dir, self.guard)
             if evaluating and not self.recipe.eval_sharded:
                 evaluation = self._evaluate()
             self.courier.flush()
@@ -284,7 +292,8 @@ class _Rank(StepWork):
         self.records.recoveries.append((failed, step))
         why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__  # torch's futures append their traceback
         log.warning("rank %s: generation %d failed at step %d: %s", self.spec.uid, failed, step, why)
-        self.board.post(RankEvent(EventKind.FAILED, self.spec.uid, failed, step, detail=why[:300]))
+        blocked = self.watch.take_failed_region_s()
+        self.board.post(RankEvent(EventKind.FAILED, self.spec.uid, failed, step, detail=why[:300], blocked_s=blocked))
         return self.switch.recovery(failed, self.spec.uid, self.courier)
 
     # -- training ------------------------------------------------------------------------------

@@ -1,12 +1,15 @@
 """Drive one elastic job from inside a host namespace (the test process cannot reach the namespaces' subnet).
 
-``python -m tests.hosts.drive_job SCHEDULER WORKERS GPUS STEPS TIMEOUT_S [FAULT_STEP [idle]]``
+``python -m tests.hosts.drive_job SCHEDULER WORKERS GPUS STEPS TIMEOUT_S [FAULT_STEP [idle|- [CHECKPOINT_DIR]]]``
 
 ``idle``: after the job, wait until no worker executes a task (a thawed rank gone) and report when.
+``CHECKPOINT_DIR``: rank 0 checkpoints there every ``CHECKPOINT_EVERY`` steps (a path every host shares).
 
 Prints ``ready <json worker_of>`` once the job reached FAULT_STEP (the test then injects its
-fault), and as its last line the job's outcome as one JSON object, with the monotonic time
-(system-wide, comparable with the test's) at which the coordinator entered and left recovery.
+fault), ``resumed`` once training resumed after a recovery (the test may then heal its fault),
+and as its last line the job's outcome as one JSON object, with the monotonic time
+(system-wide, comparable with the test's) at which the coordinator entered and left recovery,
+and what the board holds about fencing (read after the idle wait: after a fenced rank came back).
 """
 
 from __future__ import annotations
@@ -25,13 +28,17 @@ from elastic_tasks.protocol import TrainConfig
 
 ENTRY = "elastic_tasks.examples.recipes:mlp_tiny"
 BATCH = 48
+CHECKPOINT_EVERY = 2
 
 
-def main(scheduler: str, workers: int, gpus: int, steps: int, timeout_s: float, fault_step: int = -1, check_idle: bool = False) -> None:
+def main(scheduler: str, workers: int, gpus: int, steps: int, timeout_s: float, fault_step: int = -1, check_idle: bool = False, checkpoint_dir: str | None = None) -> None:
     with Client(scheduler, timeout=60) as client:
         client.wait_for_workers(workers, timeout=120)
         warm_up(client, ENTRY)
-        config = TrainConfig(global_batch=BATCH, max_steps=steps, record_indices=True, timeout_s=timeout_s, data_timeout_s=timeout_s)
+        config = TrainConfig(
+            global_batch=BATCH, max_steps=steps, record_indices=True, timeout_s=timeout_s, data_timeout_s=timeout_s,
+            checkpoint_dir=checkpoint_dir, checkpoint_every=CHECKPOINT_EVERY if checkpoint_dir else 0,
+        )  # fmt: skip
         delays = {i: 0.1 for i in range(gpus)}  # a step long enough that the fault lands mid-run
         job = JobCoordinator(client, WorkerPool(client, grace_s=timeout_s), f"hosts-{time.monotonic_ns()}", ENTRY, config, delays=delays)
         job.start(gpus)
@@ -42,8 +49,9 @@ def main(scheduler: str, workers: int, gpus: int, steps: int, timeout_s: float, 
                 state = job.lifecycle.state
                 if state == CoordinatorState.RECOVERING:
                     times.setdefault("recovering", time.monotonic())
-                elif "recovering" in times and state == CoordinatorState.RUNNING:
-                    times.setdefault("resumed", time.monotonic())
+                elif "recovering" in times and state == CoordinatorState.RUNNING and "resumed" not in times:
+                    times["resumed"] = time.monotonic()
+                    print("resumed", flush=True)
                 time.sleep(0.02)
 
         threading.Thread(target=watch, daemon=True).start()
@@ -69,10 +77,17 @@ def main(scheduler: str, workers: int, gpus: int, steps: int, timeout_s: float, 
             "batch": BATCH,
             "history": [[h.step, h.world_size, h.loss_samples] for h in result.history],
             "ranks": {r.uid: {"exit": r.exit.name, "indices": [[s, list(i)] for s, i in r.indices]} for r in result.ranks},
-            "recoveries": [{"lost": list(r.lost), "survivors": list(r.survivors), "resumed_step": r.resumed_step, "pause_s": r.pause_s} for r in result.recoveries],
+            "recoveries": [{"failed_version": r.failed_version, "version": r.version, "lost": list(r.lost), "survivors": list(r.survivors), "resumed_step": r.resumed_step, "pause_s": r.pause_s} for r in result.recoveries],
             "worker_of": dict(job.worker_of),
             "times": times,
             "idle_after_s": idle_after_s,
+            # The scheduler's side of fencing: who was declared lost (generation, wall time), and
+            # what it accepted and refused from each rank (a thawed rank's late writes are refused).
+            "fenced": job.board.fenced(),
+            "ledger": {uid: [w.accepted, w.refused, w.last_accepted] for uid, w in job.board.ledger().items()},
+            "status_writer": (st := job.board.status()) and st.writer,
+            "status_version": st and st.version,
+            "wall_now": time.time(),
         }
         print(json.dumps(out), flush=True)
 
@@ -83,4 +98,4 @@ def _executing(dask_worker) -> int:  # noqa: ANN001 - distributed's Worker
 
 if __name__ == "__main__":
     a = sys.argv[1:]
-    main(a[0], int(a[1]), int(a[2]), int(a[3]), float(a[4]), *(int(x) for x in a[5:6]), *(x == "idle" for x in a[6:7]))
+    main(a[0], int(a[1]), int(a[2]), int(a[3]), float(a[4]), *(int(x) for x in a[5:6]), *(x == "idle" for x in a[6:7]), *a[7:8])

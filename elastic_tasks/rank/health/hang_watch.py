@@ -131,6 +131,7 @@ class HangWatch:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="malleable-hang-watch")
         self.waits = DataPlaneWaits()  # the data-plane waits in flight, failed when the watch fires
+        self.failed_region_s = 0.0
 
     def start(self) -> None:
         self._thread.start()
@@ -148,6 +149,23 @@ class HangWatch:
 
     @contextlib.contextmanager
     def data_plane(self, version: int, what: str) -> Iterator[None]:
+        """``_data_plane``, remembering how long a region that failed had blocked the rank
+        (``failed_region_s``: the rank's recovery report carries it, board.RankEvent.blocked_s)."""
+        t0 = time.monotonic()
+        try:
+            with self._data_plane(version, what):
+                yield
+        except BaseException:
+            self.failed_region_s = time.monotonic() - t0
+            raise
+
+    def take_failed_region_s(self) -> float:
+        """How long the last failed region had lasted (0: none since the last call)."""
+        value, self.failed_region_s = self.failed_region_s, 0.0
+        return value
+
+    @contextlib.contextmanager
+    def _data_plane(self, version: int, what: str) -> Iterator[None]:
         """Around data-plane collectives of generation ``version``.
 
         Once the watch aborted this generation's group, the region ends in ``CollectiveFailure``

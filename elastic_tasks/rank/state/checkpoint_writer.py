@@ -15,11 +15,17 @@ from __future__ import annotations
 import os
 import threading
 
-from elastic_tasks.rank.state.elastic import ElasticState, write_checkpoint
+from elastic_tasks.rank.state.elastic import CommitGuard, ElasticState, write_checkpoint
+
+__all__ = ["CheckpointWriter", "CommitGuard"]
 
 
 class CheckpointWriter:
-    def __init__(self) -> None:
+    """``guard``: who writes, and the check a write must pass before it replaces the last
+    checkpoint (a fenced rank's ``Fenced`` comes back through ``save``/``wait``); None: no check."""
+
+    def __init__(self, guard: CommitGuard | None = None) -> None:
+        self.guard = guard
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self.written = 0  # checkpoints completed
@@ -33,7 +39,7 @@ class CheckpointWriter:
 
     def _write(self, directory: str | os.PathLike[str], payload: dict[str, object]) -> None:
         try:
-            write_checkpoint(directory, payload)
+            write_checkpoint(directory, payload, self.guard)
             self.written += 1
         except BaseException as exc:  # noqa: BLE001 - handed to the loop's thread by wait()
             self._error = exc

@@ -30,7 +30,7 @@ import dataclasses
 import io
 import os
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -152,9 +152,9 @@ class ElasticState:
 
     # -- disk ------------------------------------------------------------------------------
 
-    def save(self, directory: str | os.PathLike[str]) -> Path | str:
+    def save(self, directory: str | os.PathLike[str], guard: CommitGuard | None = None) -> Path | str:
         """Write atomically (``write_checkpoint``); the step loop saves through ``rank/state/checkpoint_writer.py`` instead."""
-        return write_checkpoint(directory, self.snapshot())
+        return write_checkpoint(directory, self.snapshot(), guard)
 
     def snapshot(self) -> dict[str, object]:
         """The checkpoint payload, every tensor copied to host memory: later steps may change the live ones."""
@@ -182,17 +182,36 @@ class ElasticState:
         self._load_scheduler(payload.get("scheduler"))
 
 
-def write_checkpoint(directory: str | os.PathLike[str], payload: dict[str, object]) -> Path | str:
+@dataclass(frozen=True, slots=True)
+class CommitGuard:
+    """Who writes a checkpoint (stamped into it as ``payload["writer"]``) and the check that it
+    still may: ``confirm`` raises (``board.Fenced``) once the coordinator declared the rank lost,
+    so a rank that comes back after its job went on never replaces the survivors' checkpoint."""
+
+    uid: str
+    generation: Callable[[], int]
+    confirm: Callable[[], None]
+
+    def stamp(self) -> dict[str, object]:
+        return {"uid": self.uid, "generation": int(self.generation())}
+
+
+def write_checkpoint(directory: str | os.PathLike[str], payload: dict[str, object], guard: CommitGuard | None = None) -> Path | str:
     """Write a ``snapshot()`` atomically: a crash (or a reader on another pod) never sees half a checkpoint.
 
     ``directory`` is a local path (a mounted volume included) or an fsspec URL
     (``s3://bucket/run``, ``memory://…``), so a rank on another pod and the flow can read
-    what this rank wrote. Local: temp file, fsync, rename. Elsewhere: one whole-object
-    write, which object stores make visible all at once (they have no rename).
+    what this rank wrote. Local: temp files, fsync, then ``guard.confirm()``, then rename.
+    Elsewhere: ``guard.confirm()``, then one whole-object write, which object stores make
+    visible all at once (they have no rename). A refused confirm leaves the last checkpoint as it was.
     """
+    if guard is not None:
+        payload = {**payload, "writer": guard.stamp()}
     fs, root = _filesystem(directory)
     # The metadata sidecar is written second: read_meta trusts it only when it is the newer file.
     if not _is_local(fs):
+        if guard is not None:
+            guard.confirm()
         fs.makedirs(root, exist_ok=True)
         target = f"{root}/{CHECKPOINT_NAME}"
         _pipe(fs, target, payload)
@@ -200,8 +219,16 @@ def write_checkpoint(directory: str | os.PathLike[str], payload: dict[str, objec
         return _unstrip(directory, fs, target)
     local = Path(root)
     local.mkdir(parents=True, exist_ok=True)
-    _write_local_atomic(local, CHECKPOINT_NAME, payload)
-    _write_local_atomic(local, META_NAME, payload["meta"])
+    staged = [(_stage_local(local, CHECKPOINT_NAME, payload), CHECKPOINT_NAME)]
+    try:
+        staged.append((_stage_local(local, META_NAME, payload["meta"]), META_NAME))
+        if guard is not None:
+            guard.confirm()  # the slow part (serialise, fsync) is done: the check is as late as it can be
+        for tmp, name in staged:
+            os.replace(tmp, local / name)
+    finally:
+        for tmp, _ in staged:
+            Path(tmp).unlink(missing_ok=True)
     return local / CHECKPOINT_NAME
 
 
@@ -259,18 +286,19 @@ def _pipe(fs: fsspec.AbstractFileSystem, path: str, obj: object) -> None:
     fs.pipe_file(path, buffer.getvalue())
 
 
-def _write_local_atomic(local: Path, name: str, obj: object) -> None:
-    """Temp file, fsync, rename: a crash never leaves half of ``name``, nor a temp file behind."""
+def _stage_local(local: Path, name: str, obj: object) -> str:
+    """``obj`` in a temp file beside ``name``, fsynced (the caller renames it over ``name``, or
+    removes it): a crash never leaves half of ``name``."""
     fd, tmp = tempfile.mkstemp(dir=local, prefix=f".{Path(name).stem}-", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             torch.save(obj, f)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, local / name)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return tmp
 
 
 def read_meta(directory: str | os.PathLike[str]) -> TrainMeta:
