@@ -172,3 +172,61 @@ def test_a_host_added_mid_run_grows_the_job_in_place_packed_on_the_fewest_hosts(
     # Exact samples: the fixed batch, every step counted once, the data stream ending exactly at the total.
     assert done.steps == steps
     assert final_meta(done.checkpoint_dir) == (steps, steps * BATCH, True)
+
+
+def test_the_service_host_restarted_while_worker_hosts_train_resumes_its_job_with_nothing_lost_or_twice(tmp_path):
+    """The service's process on host 0 is killed (SIGKILL) mid-job while the worker hosts train on;
+    a new service there takes the store's lease, tells the orphaned ranks (over their job board)
+    to checkpoint and stop, and resumes the job from that checkpoint (service/fence.py: the
+    documented takeover — it re-attaches to no rank it did not start)."""
+    steps = 3000
+    t0 = time.monotonic()
+    with Hosts(3) as hosts:
+        hosts.start_scheduler()
+        for i in (1, 2):
+            hosts.start_worker(i, env={"PYTHONPATH": str(ROOT)})  # one GPU on each worker host: every allreduce crosses the bridge
+        # No periodic checkpoint within the job: the only one before its end is the one the fence
+        # asks for, so a resume from anything else would start over at step 0 (and be seen).
+        env = _env(hosts, tmp_path / "state", MALLEABLE_CHECKPOINT_EVERY="1000000")
+        store = JobStore(f"sqlite:///{tmp_path / 'state' / 'jobs.db'}")
+        svc = ServiceOnHost(hosts, 0, env, tmp_path)
+        services = [svc]
+        job = ServiceClient(store).submit(entry("survives", steps, min_gpus=2, max_gpus=2)).job_id
+        wait_until(lambda: store.job(job).samples_done >= 20 * BATCH, 180, "training across hosts 1 and 2", store, services)
+        svc.kill()  # the service's host goes down; the worker hosts train on
+        t_kill = time.monotonic()
+        before = store.job(job)
+        checkpoint_dir = before.checkpoint_dir
+        assert before.state is JobState.RUNNING and not os.path.exists(f"{checkpoint_dir}/state.pt")
+
+        svc2 = ServiceOnHost(hosts, 0, env, tmp_path)
+        services.append(svc2)
+        svc2.wait_for_line("previous service died: its ranks of 1 job(s) checkpointed and stopped")
+        t_fenced = time.monotonic() - t_kill
+        fenced_step, fenced_samples, fenced_finished = final_meta(checkpoint_dir)
+        progress: list[float] = []  # what the new service reports of the resumed job
+
+        def finished():
+            row = store.job(job)
+            if row.attempts == 2 and row.state is JobState.RUNNING and row.samples_done != before.samples_done:
+                progress.append(row.samples_done)
+            return row.state.terminal and row
+
+        done = wait_until(finished, 400, "the resumed job finishing", store, services)
+        assert svc2.stop() == 0
+
+    kinds = [(a.kind, a.gpus) for a in store.allocations(job)]
+    print(
+        f"fenced {t_fenced:.1f} s after the kill at step {fenced_step} (the store had seen {before.samples_done / BATCH:.0f}); "
+        f"allocations {kinds}; whole test {time.monotonic() - t0:.1f} s"
+    )
+    # Nothing lost: the orphaned ranks trained on after the crash and stopped with a checkpoint
+    # at or past everything the store had seen, on a step boundary.
+    assert not fenced_finished and fenced_samples == fenced_step * BATCH >= before.samples_done
+    # Resumed from that checkpoint, not from 0: the new service never reported less.
+    assert progress and min(progress) >= fenced_samples
+    # Nothing twice: one start per service (the old ranks had stopped before the new ones
+    # started), and the job ended once, at exactly its steps and samples.
+    assert kinds == [("start", 2), ("start", 2)]
+    assert done.state is JobState.FINISHED and done.attempts == 2 and done.steps == steps
+    assert final_meta(checkpoint_dir) == (steps, steps * BATCH, True)
