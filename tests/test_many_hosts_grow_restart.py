@@ -179,7 +179,7 @@ def test_the_service_host_restarted_while_worker_hosts_train_resumes_its_job_wit
     a new service there takes the store's lease, tells the orphaned ranks (over their job board)
     to checkpoint and stop, and resumes the job from that checkpoint (service/fence.py: the
     documented takeover — it re-attaches to no rank it did not start)."""
-    steps = 3000
+    steps = 2000
     t0 = time.monotonic()
     with Hosts(3) as hosts:
         hosts.start_scheduler()
