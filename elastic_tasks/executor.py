@@ -273,8 +273,9 @@ class DaskExecutor:
 
     def in_effect(self, allocation: Allocation) -> Allocation:
         shares = []
+        jobs = self.jobs  # built per call: once, not per share (the loop asks at every wake)
         for job_id, share in allocation.shares:
-            job = self.jobs.get(job_id)
+            job = jobs.get(job_id)
             gpus = job.world_size if job is not None and 0 < job.world_size < share.gpus else share.gpus
             shares.append((job_id, share if gpus == share.gpus else Share(gpus, max(share.global_batch, gpus))))
         return Allocation(tuple(shares))

@@ -133,6 +133,8 @@ def test_a_lost_worker_is_seen_through_the_executor_before_the_next_decision():
     class ShrinkingExecutor(ScriptedExecutor):
         def in_effect(self, allocation):
             # The cluster really runs "a" on one GPU once its second worker is gone.
+            if clock.t < 2.0:
+                return allocation
             return Allocation(tuple((j, Share(1, s.global_batch)) for j, s in allocation.shares))
 
     def capacity():
@@ -143,6 +145,45 @@ def test_a_lost_worker_is_seen_through_the_executor_before_the_next_decision():
     feed = ScriptedFeed({0.0: Arrivals(jobs=(make_job("a", min_gpus=1, max_gpus=2, min_batch=16, max_batch=512),)), 4.0: Arrivals(stop=True)})
     seen = []
     run_loop(feed, make_policy("elastic_dp"), capacity, clock, ShrinkingExecutor(), LoopSettings(interval_s=100.0), observer=seen.append)
-    # The decision at 2 s sees "a" on one GPU of a one-GPU cluster (not two of one: an invalid snapshot).
-    assert [r.time for r in seen] == [0.0, 2.0]
-    assert seen[0].allocation.get("a").gpus == 2 and seen[1].allocation.get("a").gpus == 1
+    # At 2 s the observer first hears the forced shrink (an event of its own: the service records
+    # it), then the decision sees "a" on one GPU of a one-GPU cluster (not two of one: an invalid snapshot).
+    assert [r.time for r in seen] == [0.0, 2.0, 2.0]
+    assert [(e.job_id, e.before.gpus, e.after.gpus, e.kind) for e in seen[1].events] == [("a", 2, 1, RescaleKind.IN_PLACE)]
+    assert seen[0].allocation.get("a").gpus == 2 and seen[2].allocation.get("a").gpus == 1
+
+
+def test_a_rank_lost_while_its_worker_stays_alive_is_heard_as_a_shrink_a_waiting_grow_is_not():
+    """Capacity never changes here (the lost rank's worker still counts as alive, as a cut link
+    does until the scheduler's heartbeat timeout): the shrink is heard from the executor alone.
+    Job "b" runs on fewer GPUs than planned too, but because its grow waits for workers: no event."""
+    clock = FakeClock()
+
+    class LosingExecutor(ScriptedExecutor):
+        regrown: list = []
+
+        def apply(self, now, previous, new, jobs):
+            for job_id, before, after in share_changes(previous, new):
+                if before is not None and after is not None:
+                    self.regrown.append((now, job_id, before.gpus, after.gpus))  # the policy gives "a" its GPU back
+            return super().apply(now, previous, new, jobs)
+
+        def in_effect(self, allocation):
+            lost = clock.t >= 3.0 and not self.regrown  # a loses a rank at 3 s; b never got its second GPU
+            real = {"a": 1 if lost else 2, "b": 1}
+            return Allocation(tuple((j, Share(min(real[j], s.gpus), s.global_batch)) for j, s in allocation.shares))
+
+        def waiting_starts(self, now):
+            return ("b",)
+
+    feed = ScriptedFeed(
+        {
+            0.0: Arrivals(jobs=(make_job("a", min_gpus=2, max_gpus=2, min_batch=32, max_batch=32), make_job("b", min_gpus=2, max_gpus=2, min_batch=32, max_batch=32))),
+            6.0: Arrivals(stop=True),
+        }
+    )
+    seen = []
+    run_loop(feed, make_policy("elastic_dp"), lambda: 4, clock, LosingExecutor(), LoopSettings(interval_s=100.0), observer=seen.append)
+    heard = [(r.time, e.job_id, e.before.gpus, e.after.gpus, e.kind) for r in seen for e in r.events if e.before is not None and e.after is not None]
+    assert heard == [(3.0, "a", 2, 1, RescaleKind.IN_PLACE)]  # once, when it happened; nothing for b
+    # The shrink made the loop decide again at once: the free GPU goes back to "a".
+    assert LosingExecutor.regrown == [(3.0, "a", 1, 2)]

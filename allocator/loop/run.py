@@ -21,7 +21,7 @@ from allocator.loop.types import JobRecord, JobTransition, LoopResult, LoopSetti
 from allocator.profiles.measured import Value, goodput_value, rate_value, trust_measurements, would_revert
 from allocator.policies.base import Policy
 from allocator.loop.sources import EPS, Arrivals, JobSource
-from allocator.types import Allocation, ClusterSnapshot, InfeasibleError, JobSpec, RescaleEvent, RunningJob
+from allocator.types import Allocation, ClusterSnapshot, InfeasibleError, JobSpec, RescaleEvent, RescaleKind, RunningJob
 
 
 @dataclass
@@ -187,8 +187,39 @@ class LoopRun:
             alive = self._capacity()
             if alive != self.cap:
                 self.cap, self.peak, self.dirty = alive, max(self.peak, alive), True
+            self._follow_lost_ranks(now)
             if self.allocation.total_gpus > self.cap:
                 self.allocation = self.executor.in_effect(self.allocation)  # a lost worker shrank its job
+
+    def _follow_lost_ranks(self, now: float) -> None:
+        """A job that lost ranks trains on fewer GPUs than it was given (its coordinator shrank it
+        in place): that is a change of share like any other, so the observer hears it (the
+        service's allocation history records it) and the policy decides again. Its worker may
+        still count as alive (a cut link lapses only after the scheduler's heartbeat timeout),
+        so this is asked at every wake, not only when the capacity drops. A start or grow that
+        waits for workers also runs smaller than planned, but lost nothing: it is left out."""
+        waiting = set(waiting_starts(self.executor, now))
+        effective = self.executor.in_effect(self.allocation)
+        shrunk = [
+            (job_id, before, after)
+            for job_id, before in self.allocation.shares
+            if job_id not in waiting and (after := effective.get(job_id)) is not None and after.gpus < before.gpus
+        ]
+        if not shrunk:
+            return
+        # The pause was the coordinator's recovery, measured there: unknown to the loop.
+        events = [RescaleEvent(now, job_id, before, after, RescaleKind.IN_PLACE, None, measured=True) for job_id, before, after in shrunk]
+        new = Allocation(tuple((job_id, next((a for j, _, a in shrunk if j == job_id), share)) for job_id, share in self.allocation.shares))
+        _record_changes(self.track, now, self.allocation, new)
+        self.track.events.extend(events)
+        self.allocation, self.dirty = new, True
+        if self.observer is not None:
+            self.observer(
+                StepReport(
+                    time=now, allocation=new, events=tuple(events), admitted=(), dropped=(), queued=len(self.waiting),
+                    finished_total=len(self.track.finish), jobs_total=len(self.specs),
+                )
+            )  # fmt: skip
 
     def on_tick(self, now: float) -> bool:
         return now >= self.next_tick - EPS
