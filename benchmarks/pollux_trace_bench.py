@@ -43,6 +43,9 @@ Size errors: ``--size-error 0.5 2`` declares each job's work as its true work ti
 uniformly from [0.5, 2] (``--size-seed``; the simulated job still does its true work,
 ``JobSpec.actual_samples``); ``--mark-estimates`` also marks those jobs ``size: estimate``.
 
+Per workload it also names the job that finished last, ours and Pollux's (the makespan's job), and per
+variant each application's sum of JCTs over Pollux's, with its share of ours (what the mean is made of).
+
 Figures (last line, JSON): per policy variant the mean over the workloads of the average JCT, p95
 JCT and makespan (s) and each one's ratio to Pollux's published run.
 
@@ -84,8 +87,8 @@ def with_size_error(jobs: list[JobSpec], low: float, high: float, seed: int, mar
     return [replace(j, total_samples=max(1, int(round(j.total_samples * rng.uniform(low, high)))), actual_samples=j.total_samples, size=size) for j in jobs]
 
 
-def _run(task: tuple) -> tuple[str, int, dict[str, float], float]:
-    """One workload under one variant (a process of the pool): its mean, p95 and makespan."""
+def _run(task: tuple) -> tuple[str, int, dict[str, float], dict[str, float], float]:
+    """One workload under one variant (a process of the pool): its mean, p95 and makespan, and each job's JCT."""
     root, load, number, label, text, react, size_error, size_seed, mark = task
     apps = {name: load_application(name, root) for name in MAX_EPOCHS}
     jobs = load_workload(workload_path(root, load, number), apps)
@@ -99,7 +102,17 @@ def _run(task: tuple) -> tuple[str, int, dict[str, float], float]:
     m = summarise(result, {j.id: j for j in jobs})
     if m.jobs_completed != len(jobs):
         raise RuntimeError(f"load {load} workload {number} {label}: {m.jobs_completed}/{len(jobs)} jobs completed")
-    return label, number, {"mean": m.avg_jct_s or 0.0, "p95": m.p95_jct_s or 0.0, "makespan": m.makespan_s, "rescales": m.rescales}, time.perf_counter() - t0
+    jct = {r.job_id: r.finish - r.arrival for r in result.jobs if r.finish is not None}
+    figures = {"mean": m.avg_jct_s or 0.0, "p95": m.p95_jct_s or 0.0, "makespan": m.makespan_s, "rescales": m.rescales}
+    return label, number, figures, jct, time.perf_counter() - t0
+
+
+def application(job_id: str) -> str:
+    return job_id.rsplit("-", 1)[0]
+
+
+def last_finisher(jct: dict[str, float], arrival: dict[str, float]) -> str:
+    return max(jct, key=lambda j: arrival[j] + jct[j])
 
 
 def main() -> None:
@@ -136,12 +149,24 @@ def main() -> None:
     error = tuple(args.size_error) if args.size_error else None
     tasks = [(root, args.load, n, label, text, args.react, error, args.size_seed, args.mark_estimates) for n in args.workloads for label, text in variants.items()]
     ours: dict[str, dict[int, dict[str, float]]] = {label: {} for label in variants}
+    # Per variant and application: the sum of its jobs' JCTs, ours and Pollux's (what the mean is made of).
+    by_app: dict[str, dict[str, list[float]]] = {label: {} for label in variants}
     with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
-        for label, number, figures, wall in pool.map(_run, tasks):
+        for label, number, figures, jct, wall in pool.map(_run, tasks):
             ours[label][number] = figures
             pub = published(root, args.load, number)
+            for job_id, value in jct.items():
+                sums = by_app[label].setdefault(application(job_id), [0.0, 0.0, 0])
+                sums[0] += value
+                sums[1] += pub.jct[job_id]
+                sums[2] += 1
+            last, their_last = last_finisher(jct, pub.arrival), last_finisher(pub.jct, pub.arrival)
             print(f"load {args.load} workload {number} {label:50s} avg JCT {figures['mean']:7.0f} s (Pollux {pub.mean:6.0f})  p95 {figures['p95']:7.0f} "
                   f"({pub.p95:6.0f})  makespan {figures['makespan']:7.0f} ({pub.makespan:6.0f})  rescales {figures['rescales']:4.0f}  wall {wall:5.1f} s", flush=True)  # fmt: skip
+            print(f"    last to finish: ours {last} (JCT {jct[last]:.0f} s, Pollux's {pub.jct[last]:.0f} s); Pollux's {their_last} (ours {jct[their_last]:.0f} s)", flush=True)
+    for label, apps_sums in by_app.items():
+        shares = "  ".join(f"{app} {o / t:.2f} ({n}, {o / sum(v[0] for v in apps_sums.values()):.0%})" for app, (o, t, n) in sorted(apps_sums.items()))
+        print(f"{label}: JCT over Pollux's by application (jobs, share of our JCT sum): {shares}")
     pollux = {n: published(root, args.load, n) for n in args.workloads}
     theirs = {"mean": np.mean([p.mean for p in pollux.values()]), "p95": np.mean([p.p95 for p in pollux.values()]), "makespan": np.mean([p.makespan for p in pollux.values()])}
     out: dict[str, object] = {
