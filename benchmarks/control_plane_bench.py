@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -45,7 +46,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
-from distributed import Client, get_client, get_worker
+from distributed import Client, Event, get_client, get_worker
 
 
 def _fail(field: str, value: object, why: str) -> None:
@@ -58,27 +59,35 @@ def run_host(board_id: str, host: int, hosts: int, uids: list[str], step_s: floa
     import torch
     import torch.distributed as dist
 
-    from elastic_tasks.board import JobBoard, JobStatus
+    from elastic_tasks.board import EventKind, JobBoard, JobStatus, RankEvent
     from elastic_tasks.protocol import PlanKind, TrainConfig
     from elastic_tasks.rank.agreement import Agreement, StepOutcome
+    from elastic_tasks.rank.host_share import HostShare, default_root
     from elastic_tasks.rank.plan_switch import PlanSwitch
     from elastic_tasks.rank.plan_watcher import Courier, watches
     from elastic_tasks.rank.process_group import ProcessGroups
     from elastic_tasks.rank.accounting.wall_split import WallTimeline
 
     torch.set_num_threads(1)
-    board = JobBoard(board_id, get_client())
+    client = get_client()
+    # Every rank writes as itself, through the fence (one check-and-write on the scheduler each).
+    boards = [JobBoard(board_id, client, writer=u) for u in uids]
+    board = boards[0]
     config = TrainConfig(global_batch=len(uids) * 2, max_steps=10**9, timeout_s=60.0, data_timeout_s=120.0)
     first = board.plan(0, timeout=60.0)
     ranks = [first.members.index(u) for u in uids]
-    couriers = [Courier(board) for _ in uids]
+    # The bench's hosts share one machine: each gets a shared-memory root of its own, as a host has.
+    share_root = os.path.join(default_root(), f"{board_id}-host{host}")
+    os.makedirs(share_root, mode=0o700, exist_ok=True)
+    shares = [HostShare(board_id, root=share_root) for _ in uids]
+    couriers = [Courier(b, sh) for b, sh in zip(boards, shares)]
     for courier, rank in zip(couriers, ranks):
         courier.watching = watches(rank)
         courier.start()
-    switches = [PlanSwitch(board, config, WallTimeline()) for _ in uids]
+    switches = [PlanSwitch(b, config, WallTimeline(), sh) for b, sh in zip(boards, shares)]
     for switch in switches:
         switch.adopt(first)
-    groups = ProcessGroups(board, "127.0.0.1", "gloo", config)
+    groups = ProcessGroups(board, "127.0.0.1", "gloo", config)  # host 0's: rank 0 opens the rendezvous
     groups.form(0, host, hosts)
     agreement = Agreement(host, hosts)
     store_at = board.rendezvous(0, timeout=60.0)
@@ -120,31 +129,63 @@ def run_host(board_id: str, host: int, hosts: int, uids: list[str], step_s: floa
         if plan.kind == PlanKind.STOP:
             stops[uids[i]] = step
             return True
+        if ranks[i] == 0:  # rank 0 reports the switch (RankReporter.switched), once this host's ranks all read it:
+            # in its own process it would not hold up the host's other ranks, as it would here
+            applied.append(RankEvent(EventKind.APPLIED, uids[i], plan.version, step, world_size=len(first.members)))
         return False
 
+    applied: list = []
+
+    write_ms: list[float] = []
+
+    def arrive(i: int) -> None:
+        """A rank's first writes, as ``run_rank`` makes them: its start mark, then READY."""
+        for write in (lambda: boards[i].mark_started(uids[i]), lambda: boards[i].post(RankEvent(EventKind.READY, uids[i], 0, 0))):
+            t = time.perf_counter()
+            write()
+            with lock:
+                write_ms.append((time.perf_counter() - t) * 1000)
+
     list(pool.map(connect, range(len(uids))))
+    # Every rank of every host writes at once: the burst the fence sees as a job of N ranks starts.
+    client.set_metadata([f"malleable-{board_id}-bench-ready", str(host)], True)
+    Event(f"malleable-{board_id}-bench-go", client=client).wait(120)
+    t_burst = time.time()
+    list(pool.map(arrive, range(len(uids))))
+    burst = (t_burst, time.time())
     # The host's clock: every rank's step is the same sleep, then the host's agreement (the ranks'
     # gradient allreduce would synchronise them there anyway). A boundary where the agreed version
     # is one the ranks have not read runs every rank's ``due`` on its own thread, at once, as
     # separate rank processes would; elsewhere ``due`` does no I/O and runs here (a rank thread
     # woken per step only measured the 2-core box's thread switching).
     left = False
+    from_share = missed = 0
     while not left:
         time.sleep(step_s)  # the step's compute
         agree()
         agreed, step = shared["agreed"], shared["step"]
         t_known = time.time()  # the agreement told the ranks of the version; now they read the plan
-        if agreed is not None and agreed.newest_version > switches[0].current.version:
+        if agreed is not None and agreed.newest_version > switches[0].current.version and shares[0].get(agreed.newest_version) is not None:
+            from_share += 1  # in the host's memory already: each rank's ``due`` reads it there, no wait, no I/O to wait on
+            left = any([boundary(i, agreed.newest_version, step, t_known) for i in range(len(uids))])
+        elif agreed is not None and agreed.newest_version > switches[0].current.version:
+            missed += 1
             n_local = len(uids)  # every rank's read to its end: an abandoned map cancels what has not started
             left = any(list(pool.map(boundary, range(n_local), [agreed.newest_version] * n_local, [step] * n_local, [t_known] * n_local)))
         else:
             left = any([boundary(i, switches[i].current.version, step, t_known) for i in range(len(uids))])
+        while applied:
+            boards[0].post(applied.pop())
     pool.shutdown()
     agreement.settle(None)  # the allreduce in flight, as the trainer drains it before leaving
     for courier in couriers:
         courier.stop()
     groups.drop()
-    return {"reached": reached, "stops": stops, "blocked_s": blocked, "worker": get_worker().address}
+    for courier in couriers:
+        courier.join(10)  # its leader's courier removes the host's copies as it ends
+    shutil.rmtree(share_root, ignore_errors=True)
+    return {"reached": reached, "stops": stops, "blocked_s": blocked, "worker": get_worker().address,
+            "write_ms": write_ms, "burst": burst, "from_share": from_share, "missed": missed}
 
 
 def _free_port() -> int:
@@ -160,7 +201,7 @@ def _cpu_s(pid: int) -> float:
 
 
 def measure(client: Client, scheduler_pid: int, workers: list[str], n: int, step_s: float, plans: int, every_s: float) -> dict:
-    from elastic_tasks.board import JobBoard
+    from elastic_tasks.board import EventKind, JobBoard
     from elastic_tasks.protocol import Plan, PlanKind
 
     board_id = f"cpbench-{n}-{uuid.uuid4().hex[:6]}"
@@ -172,6 +213,18 @@ def measure(client: Client, scheduler_pid: int, workers: list[str], n: int, step
         client.submit(run_host, board_id, h, hosts, list(members[h::hosts]), step_s, workers=[w], pure=False, key=f"{board_id}-host{h}")
         for h, w in enumerate(workers)
     ]
+    while len(client.get_metadata(f"malleable-{board_id}-bench-ready", None) or {}) < hosts:  # every rank connected
+        if any(f.status == "error" for f in futures):
+            raise futures[0].result()
+        time.sleep(0.1)
+    writes = 2 * n + 1  # each rank's start mark and READY; rank 0's rendezvous (before them)
+    cpu0, t0 = _cpu_s(scheduler_pid), time.monotonic()
+    Event(f"malleable-{board_id}-bench-go", client=client).set()
+    while sum(w.accepted for w in board.ledger().values()) < writes:
+        if any(f.status == "error" for f in futures):
+            raise futures[0].result()
+        time.sleep(0.05)
+    burst_cpu_s = _cpu_s(scheduler_pid) - cpu0
     while (status := board.status()) is None or status.step < 20:  # every host trains: warmed up
         if any(f.status == "error" for f in futures):
             raise futures[0].result()
@@ -187,7 +240,25 @@ def measure(client: Client, scheduler_pid: int, workers: list[str], n: int, step
     published[plans + 1] = time.time()
     board.publish(Plan(plans + 1, PlanKind.STOP, (), n * 2))
     results = client.gather(futures)
+    ledger = board.ledger()
+    events = board.drain(0.0)
     board.forget()
+    # Oracles for the fence: every write the ranks made was accepted, each exactly once where the
+    # count is known (a rank's start mark and READY; rank 0 also its rendezvous, APPLIED per plan, status).
+    ready = sorted(e.uid for e in events if e.kind == EventKind.READY)
+    applied = sorted(e.version for e in events if e.kind == EventKind.APPLIED)
+    ledger_exact = (
+        sorted(ledger) == list(members) and all(w.refused == 0 for w in ledger.values())
+        and all(ledger[u].accepted == 2 for u in members[1:]) and ledger[members[0]].accepted >= 3 + plans
+        and ready == list(members) and applied == list(range(1, plans + 1))
+    )
+    if not ledger_exact:
+        print(f"control_plane_bench: {n} ranks: fence ledger/events off: {len(ledger)} writers, READY {len(ready)}, "
+              f"APPLIED {applied}, rank 0 accepted {ledger.get(members[0])}", file=sys.stderr)
+    write_ms = sorted(w for res in results for w in res["write_ms"])
+    burst_s = max(r["burst"][1] for r in results) - min(r["burst"][0] for r in results)
+    shared = sum(r["from_share"] for r in results)
+    missed = sum(r["missed"] for r in results)
     reached = [r for res in results for r in res["reached"]]
     latencies = sorted((t - published[v]) * 1000 for _, v, t, _ in reached)
     reads = sorted((t - known) * 1000 for _, _, t, known in reached)
@@ -211,6 +282,12 @@ def measure(client: Client, scheduler_pid: int, workers: list[str], n: int, step
         f"agreement_p99_ms_{n}_ranks": round(_quantile(sorted(blocked), 0.99), 3),
         f"scheduler_cpu_ms_per_s_per_rank_{n}_ranks": round(cpu_s * 1000 / wall_s / n, 4),
         f"scheduler_cpu_share_{n}_ranks": round(cpu_s / wall_s, 3),
+        f"fenced_writes_per_s_{n}_ranks": round(2 * n / burst_s, 1),  # all ranks' first writes at once
+        f"fenced_write_p50_ms_{n}_ranks": round(_quantile(write_ms, 0.5), 2),
+        f"fenced_write_p99_ms_{n}_ranks": round(_quantile(write_ms, 0.99), 2),
+        f"scheduler_cpu_ms_per_fenced_write_{n}_ranks": round(burst_cpu_s * 1000 / writes, 4),
+        f"plan_boundaries_from_host_share_{n}_ranks": f"{shared}/{shared + missed}",
+        f"fence_ledger_exact_{n}_ranks": ledger_exact,
         f"plans_once_{n}_ranks": once,
         f"same_stop_step_{n}_ranks": len(stops) == 1 and sum(len(res["stops"]) for res in results) == n,
         f"steps_{n}_ranks": max(stops) if stops else 0,

@@ -1,6 +1,9 @@
 """The rank's courier thread: learns of new plan versions while the rank trains, pushes status.
 
-Split out of ``trainer.py`` unchanged (``trainer._Courier`` still names it).
+Split out of ``trainer.py`` (``trainer._Courier`` still names it). With a ``HostShare`` the
+courier of one rank per host leads it: it watches the board and leaves each new plan in the
+host's shared memory as soon as it learns of it, for every rank of the host to find at the
+boundary where the plan becomes due (``host_share.py``).
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import threading
 import time
 
 from elastic_tasks.board import Fenced, JobBoard, JobStatus
+from elastic_tasks.rank.host_share import HostShare
 
 _WAIT_S = 2.0  # courier: longest server-side wait for the next plan version
 _BACKUP_POLL_S = 2.0
@@ -34,13 +38,16 @@ class Courier(threading.Thread):
     backs it up should a version ever be skipped.
     """
 
-    def __init__(self, board: JobBoard) -> None:
+    def __init__(self, board: JobBoard, share: HostShare | None = None) -> None:
         super().__init__(daemon=True, name="malleable-courier")
         self.board = board
+        self.share = share
+        self._next_lead_try = 0.0
+        self._shared = -1  # the newest version this courier left in the host's share
         self.seen_version = -1
         self.status: JobStatus | None = None
         self._sent: JobStatus | None = None
-        self._stop = threading.Event()
+        self._stopping = threading.Event()
         self._seen_lock = threading.Lock()  # the courier and the rank's refresh() both raise it
         # False: the rank learns new versions from the agreement only (``watches``); status is still pushed.
         self.watching = True
@@ -51,11 +58,37 @@ class Courier(threading.Thread):
             if version is not None and version > self.seen_version:
                 self.seen_version = int(version)
 
+    def _leads(self) -> bool:
+        """Whether this courier leads its host's share (trying to, now and then, while another does)."""
+        share = self.share
+        if share is None:
+            return False
+        if not share.leading and time.monotonic() >= self._next_lead_try:
+            self._next_lead_try = time.monotonic() + _WAIT_S
+            share.lead()
+        return share.leading
+
+    def _share(self) -> None:
+        """Leave the newest version's plan in the host's share (one read of the board per host)."""
+        share, version = self.share, self.seen_version
+        if share is None or not share.leading or version <= self._shared:
+            return
+        with contextlib.suppress(Exception):  # the host's ranks read the store or the board instead
+            share.put(version, self.board.plan_bytes(version, timeout=_WAIT_S))
+            self._shared = version
+
     def run(self) -> None:
+        try:
+            self._run()
+        finally:
+            if self.share is not None:
+                self.share.resign()
+
+    def _run(self) -> None:
         last_poll = last_push = 0.0
-        while not self._stop.is_set():
-            if not self.watching:  # no request to the scheduler; status is rank 0's, a watcher's
-                self._stop.wait(_STATUS_EVERY_S)
+        while not self._stopping.is_set():
+            if not self.watching and not self._leads():  # no request to the scheduler; status is rank 0's, a watcher's
+                self._stopping.wait(_STATUS_EVERY_S if self.status is not None else _WAIT_S)
                 self.flush()
                 continue
             try:
@@ -65,12 +98,14 @@ class Courier(threading.Thread):
                 target = self.seen_version + 1
                 if self.board.wait_published(target, timeout=_WAIT_S):
                     self._see(target)
+                    self._share()
             except Exception:  # noqa: BLE001 - the worker is closing; the stop flag ends us
-                self._stop.wait(_WAIT_S)
+                self._stopping.wait(_WAIT_S)
             now = time.monotonic()
             if now - last_poll >= _BACKUP_POLL_S:
                 with contextlib.suppress(Exception):
                     self._see(self.board.latest_version())
+                self._share()
                 last_poll = now
             status = self.status
             if status is not None and status is not self._sent and now - last_push >= _STATUS_EVERY_S:
@@ -96,9 +131,9 @@ class Courier(threading.Thread):
             # The scheduler refuses this rank's writes for good: stop asking (the rank's own
             # next write raises Fenced in its thread and it leaves).
             self.fenced = True
-            self._stop.set()
+            self._stopping.set()
         except Exception:  # noqa: BLE001 - the worker is closing; the stop flag ends us
             pass
 
     def stop(self) -> None:
-        self._stop.set()
+        self._stopping.set()
