@@ -206,6 +206,7 @@ def measure(client: Client, scheduler_pid: int, workers: list[str], n: int, step
 
     board_id = f"cpbench-{n}-{uuid.uuid4().hex[:6]}"
     board = JobBoard(board_id, client)
+    board.serve_fenced_writes()
     members = tuple(f"r{i:04d}" for i in range(n))
     board.publish(Plan(0, PlanKind.START, members, n * 2))
     hosts = len(workers)
