@@ -2,11 +2,20 @@
 
 What is real: a Dask scheduler in its own process (its CPU is read from /proc), ``H`` Dask
 worker processes each standing for a host, the job board (``JobBoard``: plan ``Variable``s,
-the published ``Event``s, the latest-version metadata, status), the rank's ``Courier`` (one per
-rank, long-polling only where ``plan_watcher.watches`` says so), ``PlanSwitch`` (every rank reads
-the plan behind the agreed version from the scheduler itself), ``ProcessGroups.form`` (TCPStore
-rendezvous through the board) and ``Agreement`` (the async allreduce of every step, read one step
-later) over a real gloo group between the hosts.
+the published ``Event``s, the latest-version metadata, status), a board per rank writing as that
+rank through the fence (start mark and READY from every rank, all at once; rank 0's rendezvous,
+status and APPLIED per plan), the rank's ``Courier`` (one per rank, long-polling where
+``plan_watcher.watches`` says so or where it leads its host's ``HostShare``), ``PlanSwitch``
+(the plan due read from the host's shared memory, else rank 0's store, else the board),
+``ProcessGroups.form`` (TCPStore rendezvous through the board) and ``Agreement`` (the async
+allreduce of every step, read one step later) over a real gloo group between the hosts. Each
+host has a shared-memory directory of its own (they share one machine).
+
+Why the design changed for 1,024 ranks (docs/elastic.md, "Control plane at scale"): the plan due
+at a boundary was read by every rank from rank 0's store after rank 0 read the board — half the
+p99 — so one rank per host now reads it as it is published and the host's ranks take it from
+shared memory; publishing is one scheduler round trip, not three; a fenced write is a scheduler
+handler, not ``run_on_scheduler`` (half its scheduler CPU).
 
 What is simulated: a rank is a ``PlanSwitch``, a ``Courier`` and a store connection of its own,
 with a thread of its own for the boundaries where it reads a plan (``ranks / H`` per worker
@@ -23,6 +32,12 @@ Figures per size N (the last line, one JSON object):
                                         aggregation plus ``Agreement.issue`` (waiting for the previous
                                         step's allreduce and launching this one)
   scheduler_cpu_ms_per_s_per_rank_N_ranks  scheduler CPU ms per wall second, divided by N
+  fenced_writes_per_s_N_ranks / fenced_write_p50_ms_ / _p99_   all N ranks' first two writes
+                                        (start mark, READY) at once, through the fence
+  scheduler_cpu_ms_per_fenced_write_N_ranks  the scheduler's CPU over that burst, per write
+  plan_boundaries_from_host_share_N_ranks  host x plan boundaries whose plan was in shared memory
+  fence_ledger_exact_N_ranks            oracle: the scheduler's ledger and events hold exactly the
+                                        writes made (every rank 2, rank 0 more), none refused
   plans_once_N_ranks / same_stop_step_N_ranks  oracles: every rank held every plan exactly once, and
                                         all ranks left on the STOP plan at the same step
 

@@ -61,6 +61,13 @@ class HostShare:
             return False
         return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
 
+    def usable(self) -> bool:
+        """Whether this host can share plans here at all (the directory made, and private)."""
+        try:
+            return self._trusted(create=True)
+        except OSError:
+            return False
+
     def lead(self) -> bool:
         """Become the host's leader if none is; whether this share leads now."""
         if self._lock_fd is not None:

@@ -1,9 +1,10 @@
 """The rank's courier thread: learns of new plan versions while the rank trains, pushes status.
 
 Split out of ``trainer.py`` (``trainer._Courier`` still names it). With a ``HostShare`` the
-courier of one rank per host leads it: it watches the board and leaves each new plan in the
-host's shared memory as soon as it learns of it, for every rank of the host to find at the
-boundary where the plan becomes due (``host_share.py``).
+courier of one rank per host leads it and is the host's only watcher: it leaves each new plan
+in the host's shared memory as soon as it learns of it, before it passes the version on to the
+agreement, for every rank of the host to find at the boundary where the plan becomes due
+(``host_share.py``).
 """
 
 from __future__ import annotations
@@ -68,14 +69,26 @@ class Courier(threading.Thread):
             share.lead()
         return share.leading
 
-    def _share(self) -> None:
-        """Leave the newest version's plan in the host's share (one read of the board per host)."""
-        share, version = self.share, self.seen_version
-        if share is None or not share.leading or version <= self._shared:
+    def _active(self) -> bool:
+        """Whether this courier asks the board for new versions. With a host share, only its leader
+        does (one long-poll per host); a stride watcher still does where the share cannot be used."""
+        if self.share is None:
+            return self.watching
+        if self._leads():
+            return True
+        return self.watching and not self.share.usable()
+
+    def _learn(self, version: int | None) -> None:
+        """Version ``version`` is published: its plan into the host's share first, then into the
+        agreement (``seen_version``) — so by the boundary where it is due, the hosts have it."""
+        share = self.share
+        if version is None or version <= self.seen_version:
             return
-        with contextlib.suppress(Exception):  # the host's ranks read the store or the board instead
-            share.put(version, self.board.plan_bytes(version, timeout=_WAIT_S))
-            self._shared = version
+        if share is not None and share.leading and version > self._shared:
+            with contextlib.suppress(Exception):  # the host's ranks read the store or the board instead
+                share.put(version, self.board.plan_bytes(version, timeout=_WAIT_S))
+                self._shared = version
+        self._see(version)
 
     def run(self) -> None:
         try:
@@ -87,7 +100,7 @@ class Courier(threading.Thread):
     def _run(self) -> None:
         last_poll = last_push = 0.0
         while not self._stopping.is_set():
-            if not self.watching and not self._leads():  # no request to the scheduler; status is rank 0's, a watcher's
+            if not self._active():  # no request to the scheduler; status is rank 0's, a watcher's
                 self._stopping.wait(_STATUS_EVERY_S if self.status is not None else _WAIT_S)
                 self.flush()
                 continue
@@ -97,15 +110,13 @@ class Courier(threading.Thread):
                 # nobody has published yet (ranks then wait for it and fail the generation).
                 target = self.seen_version + 1
                 if self.board.wait_published(target, timeout=_WAIT_S):
-                    self._see(target)
-                    self._share()
+                    self._learn(target)
             except Exception:  # noqa: BLE001 - the worker is closing; the stop flag ends us
                 self._stopping.wait(_WAIT_S)
             now = time.monotonic()
             if now - last_poll >= _BACKUP_POLL_S:
                 with contextlib.suppress(Exception):
-                    self._see(self.board.latest_version())
-                self._share()
+                    self._learn(self.board.latest_version())
                 last_poll = now
             status = self.status
             if status is not None and status is not self._sent and now - last_push >= _STATUS_EVERY_S:
