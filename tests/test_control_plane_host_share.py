@@ -159,3 +159,20 @@ def test_fenced_writes_reach_the_scheduler_with_or_without_the_coordinator_insta
         assert [e.kind for e in coordinator.drain(0.1)] == [EventKind.READY, EventKind.APPLIED]
         ledger = coordinator.ledger()["r1"]
         assert (ledger.accepted, ledger.refused) == (2, 1)
+
+
+@pytest.mark.parametrize(
+    "members",
+    [tuple(f"job-r{i}" for i in range(1024)), (), ("",), ("", "b"), ("a\nb", "c"), ("only",)],
+    ids=["1024", "none", "one-empty", "empty-first", "separator-inside", "one"],
+)
+def test_a_plan_comes_back_from_its_pickle_field_for_field(members):
+    # The wire form joins members into one string where it can (Plan.__reduce__): whatever the
+    # members, every field comes back the same, members a tuple again.
+    kind = PlanKind.STOP if not members else PlanKind.RESCALE
+    plan = Plan(7, kind, members, max(1, len(members)) * 3, at_step=None if not members else 12, source=members[-1] if members else None,
+                accum_steps=None if not members else 3)
+    back = pickle.loads(pickle.dumps(plan))
+    assert type(back) is Plan and type(back.members) is tuple and back.kind is kind
+    assert (back.version, back.members, back.global_batch, back.at_step, back.source, back.accum_steps) == (
+        7, members, max(1, len(members)) * 3, plan.at_step, plan.source, plan.accum_steps)
