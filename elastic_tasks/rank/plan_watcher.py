@@ -19,6 +19,7 @@ from elastic_tasks.rank.host_share import HostShare
 _WAIT_S = 2.0  # courier: longest server-side wait for the next plan version
 _BACKUP_POLL_S = 2.0
 _STATUS_EVERY_S = 0.5
+_IDLE_S = 5.0  # an idle courier (no watching, no status) tries to lead its host this often
 # One rank in this many watches the board (control plane at scale, docs/elastic.md): the end-of-step
 # agreement already spreads the newest version any rank has seen to all of them within a step, so
 # N long-polls on the scheduler buy nothing over N / WATCH_STRIDE (1,024 ranks: 16, not 1,024).
@@ -46,9 +47,10 @@ class Courier(threading.Thread):
         self._next_lead_try = 0.0
         self._shared = -1  # the newest version this courier left in the host's share
         self.seen_version = -1
-        self.status: JobStatus | None = None
+        self._status: JobStatus | None = None
         self._sent: JobStatus | None = None
         self._stopping = threading.Event()
+        self._wake = threading.Event()  # a status to push, or stop: an idle courier sleeps until then
         self._seen_lock = threading.Lock()  # the courier and the rank's refresh() both raise it
         # False: the rank learns new versions from the agreement only (``watches``); status is still pushed.
         self.watching = True
@@ -58,6 +60,28 @@ class Courier(threading.Thread):
         with self._seen_lock:
             if version is not None and version > self.seen_version:
                 self.seen_version = int(version)
+
+    @property
+    def status(self) -> JobStatus | None:
+        return self._status
+
+    @status.setter
+    def status(self, status: JobStatus | None) -> None:
+        self._status = status
+        self._wake.set()
+
+    def _idle(self, last_push: float) -> float:
+        """No watching to do: sleep until a status is due (at most one per ``_STATUS_EVERY_S``) or a
+        lead is worth trying again; push it. Where ranks are many, few wake-ups: (1,024 ranks'
+        couriers, every 2 s, were a tenth of a bench host's GIL hand-offs). Returns the last push."""
+        if self.status is None or self.status is self._sent:
+            self._wake.wait(_IDLE_S)
+            self._wake.clear()
+        if self.status is not None and self.status is not self._sent:
+            self._stopping.wait(max(0.0, last_push + _STATUS_EVERY_S - time.monotonic()))
+            self.flush()
+            return time.monotonic()
+        return last_push
 
     def _leads(self) -> bool:
         """Whether this courier leads its host's share (trying to, now and then, while another does)."""
@@ -101,8 +125,7 @@ class Courier(threading.Thread):
         last_poll = last_push = 0.0
         while not self._stopping.is_set():
             if not self._active():  # no request to the scheduler; status is rank 0's, a watcher's
-                self._stopping.wait(_STATUS_EVERY_S if self.status is not None else _WAIT_S)
-                self.flush()
+                last_push = self._idle(last_push)
                 continue
             try:
                 # The version waited for, fixed before the wait: the rank's own refresh() may
@@ -148,3 +171,4 @@ class Courier(threading.Thread):
 
     def stop(self) -> None:
         self._stopping.set()
+        self._wake.set()
