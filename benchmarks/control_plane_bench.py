@@ -35,6 +35,9 @@ Figures per size N (the last line, one JSON object):
   fenced_writes_per_s_N_ranks / fenced_write_p50_ms_ / _p99_   all N ranks' first two writes
                                         (start mark, READY) at once, through the fence
   scheduler_cpu_ms_per_fenced_write_N_ranks  the scheduler's CPU over that burst, per write
+  plan_read_own_p99_ms_N_ranks          one rank's own read at a switch (its ``due``): what a rank in a
+                                        process of its own pays; plan_read_p99 adds the host's ranks read
+                                        one after another on one thread, the simulation's own cost
   plan_boundaries_from_host_share_N_ranks  host x plan boundaries whose plan was in shared memory
   fence_ledger_exact_N_ranks            oracle: the scheduler's ledger and events hold exactly the
                                         writes made (every rank 2, rank 0 more), none refused
@@ -135,11 +138,13 @@ def run_host(board_id: str, host: int, hosts: int, uids: list[str], step_s: floa
     def boundary(i: int, newest: int, step: int, t_known: float) -> bool:
         """Rank ``i`` at a step boundary: the plan due, read as the rank reads it; whether it left."""
         switch = switches[i]
+        t0 = time.perf_counter()
         plan = switch.due(newest, step)
         if plan is None:
             return False
         with lock:
             reached.append((uids[i], plan.version, time.time(), t_known))
+            own_read_ms.append((time.perf_counter() - t0) * 1000)
         switch.adopt(plan)
         if plan.kind == PlanKind.STOP:
             stops[uids[i]] = step
@@ -150,6 +155,7 @@ def run_host(board_id: str, host: int, hosts: int, uids: list[str], step_s: floa
         return False
 
     applied: list = []
+    own_read_ms: list[float] = []  # one rank's own ``due`` at a switch: what a rank in a process of its own pays
 
     write_ms: list[float] = []
 
@@ -200,7 +206,8 @@ def run_host(board_id: str, host: int, hosts: int, uids: list[str], step_s: floa
         courier.join(10)  # its leader's courier removes the host's copies as it ends
     shutil.rmtree(share_root, ignore_errors=True)
     return {"reached": reached, "stops": stops, "blocked_s": blocked, "worker": get_worker().address,
-            "write_ms": write_ms, "burst": burst, "from_share": from_share, "missed": missed}
+            "write_ms": write_ms, "burst": burst, "from_share": from_share, "missed": missed,
+            "own_read_ms": own_read_ms}
 
 
 def _free_port() -> int:
@@ -298,6 +305,7 @@ def measure(client: Client, scheduler_pid: int, workers: list[str], n: int, step
         f"agreement_p99_ms_{n}_ranks": round(_quantile(sorted(blocked), 0.99), 3),
         f"scheduler_cpu_ms_per_s_per_rank_{n}_ranks": round(cpu_s * 1000 / wall_s / n, 4),
         f"scheduler_cpu_share_{n}_ranks": round(cpu_s / wall_s, 3),
+        f"plan_read_own_p99_ms_{n}_ranks": round(_quantile(sorted(x for r in results for x in r["own_read_ms"]), 0.99), 2),
         f"fenced_writes_per_s_{n}_ranks": round(2 * n / burst_s, 1),  # all ranks' first writes at once
         f"fenced_write_p50_ms_{n}_ranks": round(_quantile(write_ms, 0.5), 2),
         f"fenced_write_p99_ms_{n}_ranks": round(_quantile(write_ms, 0.99), 2),
