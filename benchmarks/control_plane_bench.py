@@ -359,10 +359,12 @@ def main(argv: list[str] | None = None) -> None:
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         figures: dict = {"bench": "control_plane", "hosts": args.hosts, "step_ms": args.step_ms, "plans": args.plans,
                          "cpus": os.cpu_count(), "load_avg_1m_start": round(os.getloadavg()[0], 1),
-                         "real": "Dask scheduler process, JobBoard, Courier (watchers: plan_watcher.watches), PlanSwitch per rank, "
+                         "real": "Dask scheduler process, JobBoard, a fenced board per rank (start mark, READY, APPLIED, status, rendezvous), "
+                                 "Courier and HostShare per rank (a shared-memory directory per host), PlanSwitch per rank, "
                                  "ProcessGroups.form, Agreement over gloo between hosts",
                          "simulated": "ranks are threads (ranks/hosts per worker process); a step is a sleep; ranks of a host add "
-                                      "their agreement slots in memory before the host's allreduce"}
+                                      "their agreement slots in memory before the host's allreduce; a host's ranks read "
+                                      "a plan from its shared memory one after another on one thread"}
         with Client(address, timeout=60) as client:
             client.wait_for_workers(args.hosts, timeout=120)
             workers = sorted(client.scheduler_info()["workers"])
