@@ -176,3 +176,24 @@ def test_a_plan_comes_back_from_its_pickle_field_for_field(members):
     assert type(back) is Plan and type(back.members) is tuple and back.kind is kind
     assert (back.version, back.members, back.global_batch, back.at_step, back.source, back.accum_steps) == (
         7, members, max(1, len(members)) * 3, plan.at_step, plan.source, plan.accum_steps)
+
+
+def test_a_watcher_still_learns_of_a_plan_when_its_hosts_leader_hangs_holding_the_lock(client, tmp_path):
+    from elastic_tasks.rank.plan_watcher import Courier
+
+    board = JobBoard("share-hung", client)
+    hung = HostShare("share-hung", root=str(tmp_path))
+    assert hung.lead()  # leads, and never shares anything (a rank stuck with its lock held)
+    watcher = Courier(board, HostShare("share-hung", root=str(tmp_path)))  # watching, as rank 0 does
+    watcher.start()
+    try:
+        board.publish(_plan(0))
+        deadline = time.monotonic() + 20
+        while watcher.seen_version < 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert watcher.seen_version == 0  # after its grace for the leader, not never
+        assert not watcher.share.leading and hung.get(0) is None
+    finally:
+        watcher.stop()
+        watcher.join(10)
+        hung.resign()

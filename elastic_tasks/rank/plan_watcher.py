@@ -1,10 +1,10 @@
 """The rank's courier thread: learns of new plan versions while the rank trains, pushes status.
 
 Split out of ``trainer.py`` (``trainer._Courier`` still names it). With a ``HostShare`` the
-courier of one rank per host leads it and is the host's only watcher: it leaves each new plan
-in the host's shared memory as soon as it learns of it, before it passes the version on to the
-agreement, for every rank of the host to find at the boundary where the plan becomes due
-(``host_share.py``).
+courier of one rank per host leads it and watches: it leaves each new plan in the host's shared
+memory as soon as it learns of it, before it passes the version on to the agreement, for every
+rank of the host to find at the boundary where the plan becomes due (``host_share.py``); the
+stride watchers wait for that (a second at most) before they pass it on.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from elastic_tasks.rank.host_share import HostShare
 _WAIT_S = 2.0  # courier: longest server-side wait for the next plan version
 _BACKUP_POLL_S = 2.0
 _STATUS_EVERY_S = 0.5
+_SHARE_GRACE_S = 1.0  # a watcher waits this long at most for its host's leader to share a plan
 _IDLE_S = 5.0  # an idle courier (no watching, no status) tries to lead its host this often
 # One rank in this many watches the board (control plane at scale, docs/elastic.md): the end-of-step
 # agreement already spreads the newest version any rank has seen to all of them within a step, so
@@ -94,17 +95,14 @@ class Courier(threading.Thread):
         return share.leading
 
     def _active(self) -> bool:
-        """Whether this courier asks the board for new versions. With a host share, only its leader
-        does (one long-poll per host); a stride watcher still does where the share cannot be used."""
-        if self.share is None:
-            return self.watching
-        if self._leads():
-            return True
-        return self.watching and not self.share.usable()
+        """Whether this courier asks the board for new versions: a watcher (``watches``) or its host's leader."""
+        return self._leads() or self.watching
 
     def _learn(self, version: int | None) -> None:
         """Version ``version`` is published: its plan into the host's share first, then into the
-        agreement (``seen_version``) — so by the boundary where it is due, the hosts have it."""
+        agreement (``seen_version``) — so by the boundary where it is due, the hosts have it. A
+        watcher that does not lead waits for its host's leader to share it, ``_SHARE_GRACE_S`` at
+        most: a leader hung with its lock held must not keep the job from learning of plans."""
         share = self.share
         if version is None or version <= self.seen_version:
             return
@@ -112,6 +110,10 @@ class Courier(threading.Thread):
             with contextlib.suppress(Exception):  # the host's ranks read the store or the board instead
                 share.put(version, self.board.plan_bytes(version, timeout=_WAIT_S))
                 self._shared = version
+        elif share is not None and share.usable():
+            deadline = time.monotonic() + _SHARE_GRACE_S
+            while share.get(version) is None and time.monotonic() < deadline and not self._stopping.wait(0.01):
+                pass
         self._see(version)
 
     def run(self) -> None:
