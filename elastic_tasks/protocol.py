@@ -165,6 +165,28 @@ class Plan:
                     f"{len(self.members)} GPUs x {self.accum_steps} micro-steps no sample"
                 )
 
+    def __reduce__(self) -> tuple:
+        # Every rank unpickles the plan at a switch; members as one string split on load cost
+        # about 0.6 of a tuple of strings at 1,024 members (docs/elastic.md, control plane at scale).
+        members: str | tuple[str, ...] = _MEMBER_SEP.join(self.members)
+        if not members or any(_MEMBER_SEP in m for m in self.members):  # () or ("",), or a separator inside: as is
+            members = self.members
+        return (_plan_from_wire, (self.version, self.kind.value, members, self.global_batch, self.at_step, self.source, self.accum_steps))
+
+
+_MEMBER_SEP = "\n"
+
+
+def _plan_from_wire(version: int, kind: str, members: str | tuple[str, ...], global_batch: int, at_step: int | None, source: str | None, accum_steps: int | None) -> Plan:
+    """A pickled ``Plan`` back, unchecked as unpickling always is (it was checked when made)."""
+    if isinstance(members, str):
+        members = tuple(members.split(_MEMBER_SEP))
+    plan = object.__new__(Plan)
+    for name, value in (("version", version), ("kind", PlanKind(kind)), ("members", members), ("global_batch", global_batch),
+                        ("at_step", at_step), ("source", source), ("accum_steps", accum_steps)):
+        object.__setattr__(plan, name, value)
+    return plan
+
 
 def check_batch(batch: int, gpus: int = 1) -> None:
     """A job asked for ``gpus`` ranks at global batch ``batch``: every rank must get a sample (the one check, coordinator and ranks)."""

@@ -70,6 +70,7 @@ class JobCoordinator:
         # long-lived scheduler: a fresh token keeps a re-run of this job id from reading it.
         self.board_id = f"{job_id}.{uuid.uuid4().hex[:8]}"
         self.board = JobBoard(self.board_id, client)
+        self.board.serve_fenced_writes()  # before any rank writes (board.WRITE_HANDLER)
         self.delays = dict(delays or {})  # launch order -> injected seconds per step
         self.on_straggler, self.remove_stragglers = on_straggler, remove_stragglers
         self.members: tuple[str, ...] = ()

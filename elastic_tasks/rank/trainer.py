@@ -40,6 +40,7 @@ from elastic_tasks.rank.accounting.pending import PendingOutcome
 from elastic_tasks.rank.step_work import StepWork
 from elastic_tasks.rank.plan_switch import PlanSwitch
 from elastic_tasks.rank.process_group import ProcessGroups
+from elastic_tasks.rank.host_share import HostShare
 from elastic_tasks.rank.plan_watcher import Courier as _Courier, watches
 from elastic_tasks.protocol import (
     FROM_CHECKPOINT,
@@ -116,8 +117,9 @@ class _Rank(StepWork):
         self.state.capture_rng()
         self.sampler = EpochSampler(len(self.recipe.dataset), self.config.seed)  # type: ignore[arg-type]
         self.loader = RankLoader(self.recipe, self.sampler)  # one per rank; loader workers outlive generations
-        self.courier = _Courier(board)
-        self.switch = PlanSwitch(board, self.config, self.wall)  # the plan in effect and the next one
+        share = HostShare(spec.board_id)  # one rank of the job per host reads each plan for all of them
+        self.courier = _Courier(board, share)
+        self.switch = PlanSwitch(board, self.config, self.wall, share)  # the plan in effect and the next one
         self.rank = 0
         self.world = 0
         self.accum = 1  # micro-steps per step of the generation in effect (rank/scaling.plan_accumulation)
