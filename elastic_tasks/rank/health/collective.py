@@ -9,9 +9,9 @@ untouched and fails the job, as it should.
 
 Two collectives run inside DDP, where the trainer cannot wrap the call itself:
 
-* the gradient allreduce runs in DDP's communication hook; ``HookWitness.wrap`` records its
-  failure (raised at once, or later by its future) so the error that surfaces from
-  ``backward()`` can be told from an autograd error of the recipe;
+* the gradient allreduce runs in DDP's communication hook; the witness (``HookWitness``)
+  records its failure (raised at once, or later by its future) so the error that surfaces
+  from ``backward()`` can be told from an autograd error of the recipe;
 * DDP's one-off bucket rebuild (a broadcast from rank 0) runs in the forward of a new
   wrapper's second step: its failure is raised from DDP's own frame in torch, which is
   how ``step_collectives`` recognises it.
@@ -63,7 +63,12 @@ class HookWitness:
         self.error: BaseException | None = None
         self.aborted = aborted
 
+    def saw(self, exc: BaseException) -> None:
+        """The gradient allreduce failed with ``exc`` (a hook that reports its own failures calls this)."""
+        self.error = exc
+
     def wrap(self, hook: Callable[..., torch.futures.Future]) -> Callable[..., torch.futures.Future]:
+        """``hook`` watched: its failures, raised at once or later by its future, are recorded."""
         # Unannotated, with DDP's parameter names: DDP inspects a hook's signature.
         def watched(state, bucket):  # type: ignore[no-untyped-def]  # noqa: ANN001, ANN202
             try:
