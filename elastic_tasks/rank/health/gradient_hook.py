@@ -35,6 +35,9 @@ def install(ddp: DistributedDataParallel, waits: DataPlaneWaits, witness: HookWi
     instead of calling into the aborted group, which DDP still holds.
     """
     group = ddp.process_group
+    # A group of one has no peer that could leave the allreduce hanging: its future is read as
+    # torch's own allreduce hook reads it, without a proxy the hang watch could fail.
+    alone = group.size() == 1
 
     def first(fut: torch.futures.Future) -> torch.Tensor:
         try:
@@ -53,7 +56,7 @@ def install(ddp: DistributedDataParallel, waits: DataPlaneWaits, witness: HookWi
         except Exception as exc:
             witness.saw(exc)
             raise
-        if tensor.device.type == "cuda":
+        if alone or tensor.device.type == "cuda":
             return fut.then(first)
         return waits.guard(fut, first=True, on_error=witness.saw)
 

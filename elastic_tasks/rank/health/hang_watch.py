@@ -49,7 +49,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import torch.distributed as dist
 
@@ -146,35 +146,20 @@ class HangWatch:
         ask) while it holds the lock; a set's membership is read atomically."""
         return version in self._aborted_versions
 
-    @contextlib.contextmanager
-    def data_plane(self, version: int, what: str) -> Iterator[None]:
+    def data_plane(self, version: int, what: str) -> _DataPlane:
         """Around data-plane collectives of generation ``version``.
 
         Once the watch aborted this generation's group, the region ends in ``CollectiveFailure``
         whatever it raised, or if it raised nothing (see the module docstring)."""
+        return _DataPlane(self, version, what)
+
+    def _enter(self, version: int, what: str) -> None:
         with self._lock:
-            self._aborted.clear()
+            if self._aborted.is_set():  # set only under this lock (``_fire``): no race; Event.clear takes a second lock
+                self._aborted.clear()
             self.reason = ""
             self._region = (version, time.monotonic(), what)
         self.waits.enter(version)
-        try:
-            yield
-        except CollectiveFailure as exc:
-            if self.simulate_hang:
-                # nccl's survivors would sit in the collective; so do we, until aborted (the
-                # watch bounds it by the data-plane timeout even without the control plane).
-                self._aborted.wait(self.data_timeout_s + self.poll_s * 5)
-            if self._leave(version):
-                raise CollectiveFailure(f"{exc}; communicator aborted: {self.reason}") from exc
-            raise
-        except Exception as exc:
-            if self._leave(version):  # the aborted group's own error, whichever call met it first
-                raise CollectiveFailure(f"{what}: {type(exc).__name__}: {exc}; communicator aborted: {self.reason}") from exc
-            raise
-        finally:
-            self._leave(version)
-        if self.aborted(version):
-            raise CollectiveFailure(f"{what}: communicator aborted: {self.reason}")
 
     def _leave(self, version: int) -> bool:
         """End the region; whether its generation was aborted (once the region is gone, it cannot be)."""
@@ -212,3 +197,35 @@ class HangWatch:
             self._aborted.set()
             self.waits.abandon(region[0], reason)
             self._abort()
+
+
+class _DataPlane:
+    """``HangWatch.data_plane``'s region: a class, not a generator (every step enters one)."""
+
+    __slots__ = ("_watch", "_version", "_what")
+
+    def __init__(self, watch: HangWatch, version: int, what: str) -> None:
+        self._watch, self._version, self._what = watch, version, what
+
+    def __enter__(self) -> None:
+        self._watch._enter(self._version, self._what)
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> bool:
+        watch, version = self._watch, self._version
+        if exc is None:
+            watch._leave(version)
+            if watch.aborted(version):
+                raise CollectiveFailure(f"{self._what}: communicator aborted: {watch.reason}")
+            return False
+        if isinstance(exc, CollectiveFailure):
+            if watch.simulate_hang:
+                # nccl's survivors would sit in the collective; so do we, until aborted (the
+                # watch bounds it by the data-plane timeout even without the control plane).
+                watch._aborted.wait(watch.data_timeout_s + watch.poll_s * 5)
+            if watch._leave(version):
+                raise CollectiveFailure(f"{exc}; communicator aborted: {watch.reason}") from exc
+            return False
+        if isinstance(exc, Exception) and watch._leave(version):  # the aborted group's own error, whichever call met it first
+            raise CollectiveFailure(f"{self._what}: {type(exc).__name__}: {exc}; communicator aborted: {watch.reason}") from exc
+        watch._leave(version)
+        return False
