@@ -25,7 +25,7 @@ def test_elastic_step_counts_against_plain_ddp() -> None:
         assert figures[f"r1_{probe}_host_syncs_elastic"] == 0  # its one read per step is of the step before
         assert figures[f"r1_{probe}_lagged_reads_elastic"] >= 1
         assert abs(figures[f"r1_{probe}_grad_passes"]) < 0.05
-        assert figures[f"r1_{probe}_collectives"] == 1  # the agreement, nothing else
+        assert figures[f"r1_{probe}_collectives"] == 0  # a world of one agrees with nobody: no agreement allreduce
     assert figures["r1_off_kernel_ops"] <= 8
 
 

@@ -5,7 +5,10 @@ plan version seen per rank, rank 0's evaluation clock]; each rank fills only its
 so the sum is every rank's value side by side (versions are small integers: exact in float64). It is issued
 asynchronously and read one step later, so it overlaps the next step's compute instead of
 adding a second synchronisation point per step; every rank reads step t's agreement at the
-same boundary, so decisions taken on it stay identical across ranks.
+same boundary, so decisions taken on it stay identical across ranks. A generation of one rank
+has nobody to agree with: the sum is its own vector, so it issues no collective at all (one
+gloo allreduce costs a thread hand-off, ~70 µs of CPU per step: most of the elastic step's
+overhead over plain DDP at world size 1, benchmarks/step_work_bench.py).
 
 This module only talks to the process group and keeps the clock of each step; what a read
 agreement means (history, stragglers, status, plans) is the rank loop's business.
@@ -55,8 +58,8 @@ class Agreed:
 class _InFlight:
     """A step's agreement allreduce, issued but not yet read."""
 
-    work: dist.Work
-    stats: torch.Tensor
+    work: dist.Work | None  # None: a generation of one rank, nothing to reduce
+    stats: torch.Tensor | list[float]  # the host list itself when there is no collective
     outcome: StepOutcome
 
 
@@ -81,10 +84,13 @@ class Agreement:
         values[3 + self.rank] = outcome.throughput
         values[3 + w + self.rank] = seen_version
         values[3 + 2 * w] = outcome.eval_clock
-        stats = torch.tensor(values, dtype=torch.float64)
-        with collective(f"agreement of step {outcome.step}"):
-            work = dist.all_reduce(stats, async_op=True)
-        previous, self._inflight = self._inflight, _InFlight(work, stats, outcome)
+        if w == 1:
+            inflight = _InFlight(None, values, outcome)
+        else:
+            stats = torch.tensor(values, dtype=torch.float64)
+            with collective(f"agreement of step {outcome.step}"):
+                inflight = _InFlight(dist.all_reduce(stats, async_op=True), stats, outcome)
+        previous, self._inflight = self._inflight, inflight
         if previous is None:
             return None
         return self._read(previous, next_step=outcome, t_agree=t_agree, noise_scale=noise_scale)
@@ -105,6 +111,8 @@ class Agreement:
             return None
         t_agree = time.perf_counter()
         try:
+            if pending.work is None:
+                return self._record(pending, next_step=None, t_agree=t_agree, noise_scale=noise_scale)
             if pending.work.is_completed():
                 pending.work.wait()
                 return self._record(pending, next_step=None, t_agree=t_agree, noise_scale=noise_scale)
@@ -134,12 +142,14 @@ class Agreement:
         return Agreed(record, throughput, 0)
 
     def _read(self, done: _InFlight, next_step: StepOutcome | None, t_agree: float, noise_scale: float | None) -> Agreed:
-        with collective(f"agreement of step {done.outcome.step}"):
-            self.waits.wait(done.work)
+        if done.work is not None:
+            with collective(f"agreement of step {done.outcome.step}"):
+                self.waits.wait(done.work)
         return self._record(done, next_step, t_agree, noise_scale)
 
     def _record(self, done: _InFlight, next_step: StepOutcome | None, t_agree: float, noise_scale: float | None) -> Agreed:
-        stats, step, w = done.stats.tolist(), done.outcome, self.world  # one read, not one per slot
+        stats = done.stats if isinstance(done.stats, list) else done.stats.tolist()  # one read, not one per slot
+        step, w = done.outcome, self.world
         now = time.perf_counter()
         # A step lasts from its start to the next step's start (or, for the last, to now).
         wall = (next_step.t0 if next_step is not None else now) - step.t0

@@ -10,9 +10,8 @@ it, and what travels in the optimizer's state (broadcast, checkpoints) is the us
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -38,22 +37,39 @@ def lr_factor(recipe: TrainingRecipe, batch_scaled_lr: float, samples_seen: int)
 
 
 def group_lrs(optimizer: torch.optim.Optimizer) -> tuple[float, ...]:
-    return tuple(float(group["lr"]) for group in optimizer.param_groups)
+    return tuple([float(group["lr"]) for group in optimizer.param_groups])
 
 
-@contextlib.contextmanager
-def scaled_lrs(optimizer: torch.optim.Optimizer, factor: float) -> Iterator[tuple[float, ...]]:
-    """Every group's LR times ``factor`` inside the block (the LRs applied are yielded); each
-    group's own LR is back afterwards, whatever happened inside."""
-    own = group_lrs(optimizer)
-    applied = tuple(lr * factor for lr in own)
-    for group, lr in zip(optimizer.param_groups, applied, strict=True):
-        group["lr"] = lr
-    try:
-        yield applied
-    finally:
-        for group, lr in zip(optimizer.param_groups, own, strict=True):
+def scaled_lrs(optimizer: torch.optim.Optimizer, factor: float) -> _ScaledLRs:
+    """Every group's LR times ``factor`` inside the block (the LRs applied are what ``with`` gives);
+    each group's own LR is back afterwards, whatever happened inside."""
+    return _ScaledLRs(optimizer, factor)
+
+
+class _ScaledLRs:
+    """``scaled_lrs``'s block: a class, not a generator (it runs every step). A factor of 1 leaves
+    the groups as they are: ``lr * 1.0 == lr``, nothing to write or put back."""
+
+    __slots__ = ("_optimizer", "_factor", "_own")
+
+    def __init__(self, optimizer: torch.optim.Optimizer, factor: float) -> None:
+        self._optimizer, self._factor = optimizer, factor
+        self._own: tuple[float, ...] | None = None
+
+    def __enter__(self) -> tuple[float, ...]:
+        own = group_lrs(self._optimizer)
+        if self._factor == 1.0:
+            return own
+        applied = tuple(lr * self._factor for lr in own)
+        self._own = own
+        for group, lr in zip(self._optimizer.param_groups, applied, strict=True):
             group["lr"] = lr
+        return applied
+
+    def __exit__(self, *exc: object) -> None:
+        if self._own is not None:
+            for group, lr in zip(self._optimizer.param_groups, self._own, strict=True):
+                group["lr"] = lr
 
 
 def is_metric_driven(scheduler: Any) -> bool:

@@ -46,7 +46,8 @@ class RankReporter:
         if record.loss_samples is not None:  # one rank's view of a step whose group failed
             return
         self.records.step_times.append(record.wall_s)
-        for uid in self.detector.update(dict(zip(plan.members, agreed.throughput, strict=True))):
+        # Stragglers are ranks slower than the others: a world of one has none (and nothing to update).
+        for uid in self.detector.update(dict(zip(plan.members, agreed.throughput, strict=True))) if world > 1 else ():
             self.records.stragglers.append((record.step, uid))
             if rank == 0:
                 self.board.post(RankEvent(EventKind.STRAGGLER, uid, plan.version, record.step))

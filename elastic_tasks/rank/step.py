@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 
 import torch
 from torch import nn
@@ -22,14 +21,15 @@ def make_scaler(precision: str, device: torch.device) -> torch.amp.GradScaler | 
     return torch.amp.GradScaler(device.type) if precision == "fp16" else None
 
 
-@contextlib.contextmanager
-def autocast(precision: str, device: torch.device) -> Iterator[None]:
+_FULL_PRECISION = contextlib.nullcontext()  # reusable and re-entrant: nothing made per micro-batch
+
+
+def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager[None]:
+    """The context a micro-batch's forward runs in: autocast for bf16/fp16, else one that does nothing."""
     dtype = _AUTOCAST_DTYPES.get(precision)
     if dtype is None:
-        yield
-        return
-    with torch.autocast(device.type, dtype=dtype):
-        yield
+        return _FULL_PRECISION
+    return torch.autocast(device.type, dtype=dtype)
 
 
 def backward(loss: torch.Tensor, scaler: torch.amp.GradScaler | None) -> None:

@@ -29,7 +29,7 @@ from distributed import get_client, get_worker
 from distributed.comm import get_address_host
 from torch.nn.parallel import DistributedDataParallel
 
-from elastic_tasks.rank import lr as lrs, step as steps
+from elastic_tasks.rank import step as steps
 from elastic_tasks.rank.agreement import Agreed, Agreement, StepOutcome
 from elastic_tasks.rank.state.checkpoint_writer import CheckpointWriter, CommitGuard
 from elastic_tasks.rank.step_clock import LocalClock
@@ -133,7 +133,7 @@ class _Rank(StepWork):
         # The gradient noise scale for goodput (issue 14), within its share of the step.
         self.noise = GradientNoiseProbe(schedule=SampleSchedule(cost_budget=self.config.noise_probe_budget))
         # Tells a failed gradient allreduce from the recipe's own errors; never calls into an aborted group.
-        self.witness = HookWitness(lambda: self.plan is not None and self.watch.aborted(self.plan.version))
+        self.witness = HookWitness(self._group_aborted)
         # Rank 0's periodic checkpoints, off the step loop; each committed only while this rank is not fenced.
         self.guard = CommitGuard(spec.uid, lambda: self.plan.version if self.plan is not None else spec.join_version, board.confirm_writer)
         self.checkpoints = CheckpointWriter(self.guard)
@@ -146,6 +146,11 @@ class _Rank(StepWork):
     @property
     def plan(self) -> Plan | None:
         return self.switch.current
+
+    def _group_aborted(self) -> bool:
+        """Whether the hang watch aborted the group in effect (DDP's hook asks, for every bucket)."""
+        plan = self.switch.current
+        return plan is not None and self.watch.aborted(plan.version)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -328,7 +333,8 @@ class _Rank(StepWork):
 
     def _one_step(self) -> Plan | None:
         """One steady step as the loop runs it (benchmarks/step_work_bench.py drives this alone)."""
-        with self.wall.phase(Phase.STEPS), self.watch.data_plane(self.plan.version if self.plan else -1, "a training step"):
+        plan = self.switch.current
+        with self.wall.phase(Phase.STEPS), self.watch.data_plane(plan.version if plan else -1, "a training step"):
             done, self.pending = self.pending, self._step()  # read the step before, now this one is queued
             plan = self._agree(None if done is None else done.complete())
         cfg = self.config
@@ -349,15 +355,22 @@ class _Rank(StepWork):
     def _agree(self, outcome: StepOutcome | None) -> Plan | None:
         """Issue the previous step's agreement (its values complete by now) and act on the one before it."""
         assert self.agreement is not None
-        agreed = None if outcome is None else self.agreement.issue(outcome, self.courier.seen_version, self.noise.value)
+        agreed = None if outcome is None else self.agreement.issue(outcome, self.courier.seen_version, self._noise_value())
         if agreed is not None:
             self._record(agreed)
-        with self.wall.phase(Phase.EVALUATION):
-            result = self.evaluation.if_due(self.state, self.rank, self.world, agreed, self._done())
-        if result is not None:
-            self.records.evals.append(result)
-        assert self.plan is not None
-        return self.switch.due(self.plan.version if agreed is None else agreed.newest_version, self.state.meta.step)
+        done = self._done()
+        if self.evaluation.due(self.state, agreed, done):  # asked outside the phase: it is not, nearly every step
+            with self.wall.phase(Phase.EVALUATION):
+                result = self.evaluation.if_due(self.state, self.rank, self.world, agreed, done)
+            if result is not None:
+                self.records.evals.append(result)
+        plan = self.switch.current
+        assert plan is not None
+        return self.switch.due(plan.version if agreed is None else agreed.newest_version, self.state.meta.step)
+
+    def _noise_value(self) -> float | None:
+        """The probe's estimate; with the probe off it never measures, so there is none to ask for."""
+        return self.noise.value if self.config.noise_probe else None
 
     def _settle(self) -> None:
         """Wait for the agreement in flight and record it (before a switch, a stop or the end);
@@ -366,8 +379,8 @@ class _Rank(StepWork):
         with self.watch.data_plane(self.plan.version if self.plan else -1, "agreement"):
             done, self.pending = self.pending, None
             if done is not None:  # the last step's agreement, at the same boundary on every rank
-                self._record(self.agreement.issue(done.complete(), self.courier.seen_version, self.noise.value))
-            self._record(self.agreement.settle(self.noise.value))
+                self._record(self.agreement.issue(done.complete(), self.courier.seen_version, self._noise_value()))
+            self._record(self.agreement.settle(self._noise_value()))
 
     def _record(self, agreed: Agreed | None) -> None:
         self.report.stepped(agreed, self.plan, self.state.meta, self.rank, self.world, self.accum)

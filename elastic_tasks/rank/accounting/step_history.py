@@ -21,7 +21,7 @@ from elastic_tasks.protocol import StepRecord
 # step, loss, accuracy, world_size, global_batch, lr, wall_s, agree_s, cpu_s, noise_scale, loss_samples, len(group_lrs)
 _HEAD = struct.Struct("<qddqqdddddqI")
 _NONE = -1  # loss_samples absent
-_LR = struct.Struct("<d")
+_LR_SIZE = struct.calcsize("<d")
 
 
 class StepHistory:
@@ -36,8 +36,9 @@ class StepHistory:
             self._file = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the records
         noise = math.nan if r.noise_scale is None else r.noise_scale  # NaN: absent (a measured scale is never NaN)
         loss_samples = _NONE if r.loss_samples is None else r.loss_samples
-        head = _HEAD.pack(r.step, r.loss, r.accuracy, r.world_size, r.global_batch, r.lr, r.wall_s, r.agree_s, r.cpu_s, noise, loss_samples, len(r.group_lrs))
-        self._file.write(head + b"".join(_LR.pack(lr) for lr in r.group_lrs))
+        lrs = r.group_lrs
+        head = _HEAD.pack(r.step, r.loss, r.accuracy, r.world_size, r.global_batch, r.lr, r.wall_s, r.agree_s, r.cpu_s, noise, loss_samples, len(lrs))
+        self._file.write(head + struct.pack(f"<{len(lrs)}d", *lrs) if lrs else head)
         self._count += 1
 
     def __len__(self) -> int:
@@ -59,7 +60,7 @@ def _unpack(data: bytes) -> Iterator[StepRecord]:
         step, loss, acc, world, batch, lr, wall, agree, cpu, noise, samples, n = _HEAD.unpack_from(data, at)
         at += _HEAD.size
         lrs = struct.unpack_from(f"<{n}d", data, at)
-        at += n * _LR.size
+        at += n * _LR_SIZE
         yield StepRecord(
             step, loss, acc, world, batch, lr, wall, agree, cpu,
             noise_scale=None if math.isnan(noise) else noise,

@@ -26,7 +26,10 @@ class WallTimeline:
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
-        self.intervals: list[PhaseInterval] = []
+        self._closed: list[PhaseInterval] = []
+        # The newest interval, still growing: [phase, start, end]. A step extends it in place; a
+        # PhaseInterval per step (frozen, to replace the last) was most of what recording cost.
+        self._tail: list | None = None
         self._scopes: dict[Phase, _Scope] = {}
         # Open phases, innermost last: (phase, when it began, when its current segment began).
         self._stack: list[tuple[Phase, float, float]] = []
@@ -35,14 +38,20 @@ class WallTimeline:
         """An interval timed by the caller (e.g. the rank's set-up, before the timeline existed)."""
         self._close(phase, t0, t1)
 
+    @property
+    def intervals(self) -> list[PhaseInterval]:
+        return list(self.snapshot())
+
     def _close(self, phase: Phase, t0: float, t1: float) -> None:
         if t1 <= t0:
             return
-        last = self.intervals[-1] if self.intervals else None
-        if last is not None and last.phase is phase and t0 - last.end < 1e-3:
-            self.intervals[-1] = PhaseInterval(phase, last.start, t1)
-        else:
-            self.intervals.append(PhaseInterval(phase, t0, t1))
+        tail = self._tail
+        if tail is not None and tail[0] is phase and t0 - tail[2] < 1e-3:
+            tail[2] = t1
+            return
+        if tail is not None:
+            self._closed.append(PhaseInterval(*tail))
+        self._tail = [phase, t0, t1]
 
     def phase(self, phase: Phase) -> _Scope:
         """``with timeline.phase(Phase.STEPS): ...`` — a reused object, not a generator: it runs on
@@ -70,7 +79,8 @@ class WallTimeline:
         self._stack[-1] = (outer, outer_began, now)
 
     def snapshot(self) -> tuple[PhaseInterval, ...]:
-        return tuple(self.intervals)
+        tail = self._tail
+        return (*self._closed, PhaseInterval(*tail)) if tail is not None else tuple(self._closed)
 
 
 class _Scope:

@@ -30,7 +30,7 @@ def step_micro_batches(sampler: EpochSampler, samples_seen: int, global_batch: i
     while True:
         local = sampler.step_indices(position, global_batch)[lo:hi]
         for a, b in micro_batches(len(local), accum):
-            yield [int(i) for i in local[a:b]]
+            yield local[a:b].tolist()  # Python ints, as a sampler gives them (one call, not one per index)
         position += global_batch
 
 

@@ -158,13 +158,19 @@ class RankEvaluation:
         with collective(f"evaluation at step {meta.step}"):
             return evaluate(self.recipe, state.model, loader, meta.step)
 
+    def due(self, state: ElasticState, agreed: Agreed | None, done: bool) -> bool:
+        """Whether a periodic evaluation is due at this step boundary (what ``if_due`` decides on)."""
+        if done or not self.schedule.periodic:
+            return False
+        read = (agreed.record.step, agreed.eval_clock) if agreed is not None else (None, 0.0)
+        return self.schedule.due(state.meta.step, *read)
+
     def if_due(self, state: ElasticState, rank: int, world: int, agreed: Agreed | None, done: bool) -> EvalResult | None:
         """A periodic evaluation at this step boundary, decided alike on every rank (evaluation/schedule.py);
         its result on the ranks that computed or received it. The job's end has its own."""
-        steps_done = state.meta.step
-        read = (agreed.record.step, agreed.eval_clock) if agreed is not None else (None, 0.0)
-        if done or not self.schedule.due(steps_done, *read):
+        if not self.due(state, agreed, done):
             return None
+        steps_done = state.meta.step
         sharded = self.recipe.eval_sharded
         result = self.run(state, rank, world) if rank == 0 or sharded else None
         if lrs.is_metric_driven(state.scheduler) and not sharded and world > 1:

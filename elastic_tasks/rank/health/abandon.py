@@ -28,12 +28,15 @@ collectives of an nccl job (its gloo side: the agreement, Adam's ``step``) go th
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 from elastic_tasks.rank.health.collective import CollectiveFailure
+
+_OnError = Callable[[BaseException], None] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +56,8 @@ class DataPlaneWaits:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._open: dict[int, tuple[torch.futures.Future, torch.futures.Future, bool]] = {}  # id(proxy) -> (proxy, source, first)
+        # id(proxy) -> (proxy, source, first, on_error): a tuple, made for every bucket of every step
+        self._open: dict[int, tuple[torch.futures.Future, torch.futures.Future, bool, _OnError]] = {}
         self._abandoned: tuple[int, str] | None = None  # (generation, why)
         self.zombies: list[_Zombie] = []
 
@@ -65,27 +69,33 @@ class DataPlaneWaits:
         if self.zombies:
             self.zombies = [z for z in self.zombies if not z.ended()]
 
-    def guard(self, source: torch.futures.Future, first: bool = False) -> torch.futures.Future:
+    def guard(self, source: torch.futures.Future, first: bool = False, on_error: _OnError = None) -> torch.futures.Future:
         """A future that completes as ``source`` does, or fails with ``CollectiveFailure`` when abandoned.
 
         ``first``: its value is the first tensor of ``source``'s list (a collective's output, as
         a DDP hook returns it) — no ``then`` callback, whose failures torch re-wraps in text.
+        ``on_error`` is told the exception the proxy fails with (before its waiter sees it): the
+        DDP hook's witness, without a second future and callback per bucket.
         """
         proxy: torch.futures.Future = torch.futures.Future()
         key = id(proxy)
         with self._lock:
             abandoned = self._abandoned
             if abandoned is None:
-                self._open[key] = (proxy, source, first)
+                self._open[key] = (proxy, source, first, on_error)
         if abandoned is not None:
-            proxy.set_exception(_failure(abandoned))
+            _fail(proxy, _failure(abandoned), on_error)
             return proxy
         source.add_done_callback(lambda done: self._settle(key, done))
         return proxy
 
     def wait(self, work: dist.Work, on_device: bool = False) -> None:
-        """Wait for ``work``; ``on_device``: an nccl collective (waited as is: the abort frees it)."""
-        if on_device:
+        """Wait for ``work``; ``on_device``: an nccl collective (waited as is: the abort frees it).
+
+        A collective already complete cannot hold the rank: it is read as is, without a proxy
+        (the agreement's, read a step after it was issued, nearly always is; a proxy's callback
+        runs on gloo's thread and costs ~30 µs of CPU per wait)."""
+        if on_device or (self._abandoned is None and work.is_completed()):
             work.wait()
             return
         self.guard(work.get_future()).wait()
@@ -97,9 +107,9 @@ class DataPlaneWaits:
             entries, self._open = list(self._open.values()), {}
         if entries:
             group = dist.group.WORLD if dist.is_initialized() else None
-            self.zombies.append(_Zombie(generation, group, tuple(source for _, source, _ in entries)))
-        for proxy, _, _ in entries:
-            proxy.set_exception(_failure((generation, why)))
+            self.zombies.append(_Zombie(generation, group, tuple(source for _, source, _, _ in entries)))
+        for proxy, _, _, on_error in entries:
+            _fail(proxy, _failure((generation, why)), on_error)
 
     def _settle(self, key: int, source: torch.futures.Future) -> None:
         """On the collective's thread, when it ends: pass its outcome on, unless abandoned meanwhile."""
@@ -107,13 +117,19 @@ class DataPlaneWaits:
             entry = self._open.pop(key, None)
         if entry is None:
             return
-        proxy, _, first = entry
+        proxy, _, first, on_error = entry
         try:
             value = source.value()
         except Exception as exc:  # noqa: BLE001 - the collective's own failure, handed to the waiter
-            proxy.set_exception(exc)
+            _fail(proxy, exc, on_error)
             return
         proxy.set_result(value[0] if first else value)
+
+
+def _fail(proxy: torch.futures.Future, exc: BaseException, on_error: _OnError) -> None:
+    if on_error is not None:
+        on_error(exc)
+    proxy.set_exception(exc)
 
 
 def _failure(abandoned: tuple[int, str]) -> CollectiveFailure:

@@ -9,9 +9,9 @@ untouched and fails the job, as it should.
 
 Two collectives run inside DDP, where the trainer cannot wrap the call itself:
 
-* the gradient allreduce runs in DDP's communication hook; ``HookWitness.wrap`` records its
-  failure (raised at once, or later by its future) so the error that surfaces from
-  ``backward()`` can be told from an autograd error of the recipe;
+* the gradient allreduce runs in DDP's communication hook; the witness (``HookWitness``)
+  records its failure (raised at once, or later by its future) so the error that surfaces
+  from ``backward()`` can be told from an autograd error of the recipe;
 * DDP's one-off bucket rebuild (a broadcast from rank 0) runs in the forward of a new
   wrapper's second step: its failure is raised from DDP's own frame in torch, which is
   how ``step_collectives`` recognises it.
@@ -19,9 +19,8 @@ Two collectives run inside DDP, where the trainer cannot wrap the call itself:
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from types import TracebackType
 
 import torch
@@ -40,15 +39,26 @@ class CollectiveFailure(RuntimeError):
     """
 
 
-@contextlib.contextmanager
-def collective(what: str) -> Iterator[None]:
+def collective(what: str) -> _Collective:
     """Around calls that only talk to the process group: any failure of theirs is a ``CollectiveFailure``."""
-    try:
-        yield
-    except CollectiveFailure:
-        raise
-    except _DIST_ERRORS as exc:
-        raise CollectiveFailure(f"{what}: {type(exc).__name__}: {exc}") from exc
+    return _Collective(what)
+
+
+class _Collective:
+    """``collective``'s block: a class, not a generator (the agreement enters two every step)."""
+
+    __slots__ = ("_what",)
+
+    def __init__(self, what: str) -> None:
+        self._what = what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> bool:
+        if exc is None or isinstance(exc, CollectiveFailure) or not isinstance(exc, _DIST_ERRORS):
+            return False
+        raise CollectiveFailure(f"{self._what}: {type(exc).__name__}: {exc}") from exc
 
 
 class HookWitness:
@@ -63,7 +73,12 @@ class HookWitness:
         self.error: BaseException | None = None
         self.aborted = aborted
 
+    def saw(self, exc: BaseException) -> None:
+        """The gradient allreduce failed with ``exc`` (a hook that reports its own failures calls this)."""
+        self.error = exc
+
     def wrap(self, hook: Callable[..., torch.futures.Future]) -> Callable[..., torch.futures.Future]:
+        """``hook`` watched: its failures, raised at once or later by its future, are recorded."""
         # Unannotated, with DDP's parameter names: DDP inspects a hook's signature.
         def watched(state, bucket):  # type: ignore[no-untyped-def]  # noqa: ANN001, ANN202
             try:
@@ -84,18 +99,29 @@ class HookWitness:
             self.error = exc
             raise
 
-    @contextlib.contextmanager
-    def step_collectives(self, what: str) -> Iterator[None]:
+    def step_collectives(self, what: str) -> _StepCollectives:
         """Around one step's forward and backward through DDP (the recipe's code runs inside too)."""
         self.error = None
-        try:
-            yield
-        except CollectiveFailure:
-            raise
-        except _DIST_ERRORS as exc:
-            if self.error is None and not _raised_in_ddp(exc.__traceback__):
-                raise  # the recipe's own error
-            raise CollectiveFailure(f"{what}: {type(exc).__name__}: {exc}") from exc
+        return _StepCollectives(self, what)
+
+
+class _StepCollectives:
+    """``step_collectives``' block: a class, not a generator (it runs every micro-batch)."""
+
+    __slots__ = ("_witness", "_what")
+
+    def __init__(self, witness: HookWitness, what: str) -> None:
+        self._witness, self._what = witness, what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> bool:
+        if exc is None or isinstance(exc, CollectiveFailure) or not isinstance(exc, _DIST_ERRORS):
+            return False
+        if self._witness.error is None and not _raised_in_ddp(tb):
+            return False  # the recipe's own error
+        raise CollectiveFailure(f"{self._what}: {type(exc).__name__}: {exc}") from exc
 
 
 def _raised_in_ddp(tb: TracebackType | None) -> bool:

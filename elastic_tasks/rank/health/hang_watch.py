@@ -49,7 +49,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import torch.distributed as dist
 
@@ -147,52 +147,29 @@ class HangWatch:
         ask) while it holds the lock; a set's membership is read atomically."""
         return version in self._aborted_versions
 
-    @contextlib.contextmanager
-    def data_plane(self, version: int, what: str) -> Iterator[None]:
-        """``_data_plane``, remembering how long a region that failed had blocked the rank
-        (``failed_region_s``: the rank's recovery report carries it, board.RankEvent.blocked_s)."""
-        t0 = time.monotonic()
-        try:
-            with self._data_plane(version, what):
-                yield
-        except BaseException:
-            self.failed_region_s = time.monotonic() - t0
-            raise
-
     def take_failed_region_s(self) -> float:
-        """How long the last failed region had lasted (0: none since the last call)."""
+        """How long the last failed region had blocked the rank (0: none since the last call); the
+        rank's recovery report carries it (board.RankEvent.blocked_s)."""
         value, self.failed_region_s = self.failed_region_s, 0.0
         return value
 
-    @contextlib.contextmanager
-    def _data_plane(self, version: int, what: str) -> Iterator[None]:
+    def data_plane(self, version: int, what: str) -> _DataPlane:
         """Around data-plane collectives of generation ``version``.
 
         Once the watch aborted this generation's group, the region ends in ``CollectiveFailure``
         whatever it raised, or if it raised nothing (see the module docstring)."""
+        return _DataPlane(self, version, what)
+
+    def _enter(self, version: int, what: str) -> float:
+        """Start the region; when (monotonic)."""
+        t0 = time.monotonic()
         with self._lock:
-            self._aborted.clear()
+            if self._aborted.is_set():  # set only under this lock (``_fire``): no race; Event.clear takes a second lock
+                self._aborted.clear()
             self.reason = ""
-            self._region = (version, time.monotonic(), what)
+            self._region = (version, t0, what)
         self.waits.enter(version)
-        try:
-            yield
-        except CollectiveFailure as exc:
-            if self.simulate_hang:
-                # nccl's survivors would sit in the collective; so do we, until aborted (the
-                # watch bounds it by the data-plane timeout even without the control plane).
-                self._aborted.wait(self.data_timeout_s + self.poll_s * 5)
-            if self._leave(version):
-                raise CollectiveFailure(f"{exc}; communicator aborted: {self.reason}") from exc
-            raise
-        except Exception as exc:
-            if self._leave(version):  # the aborted group's own error, whichever call met it first
-                raise CollectiveFailure(f"{what}: {type(exc).__name__}: {exc}; communicator aborted: {self.reason}") from exc
-            raise
-        finally:
-            self._leave(version)
-        if self.aborted(version):
-            raise CollectiveFailure(f"{what}: communicator aborted: {self.reason}")
+        return t0
 
     def _leave(self, version: int) -> bool:
         """End the region; whether its generation was aborted (once the region is gone, it cannot be)."""
@@ -230,3 +207,46 @@ class HangWatch:
             self._aborted.set()
             self.waits.abandon(region[0], reason)
             self._abort()
+
+
+class _DataPlane:
+    """``HangWatch.data_plane``'s region: a class, not a generator (every step enters one)."""
+
+    __slots__ = ("_watch", "_version", "_what", "_t0")
+
+    def __init__(self, watch: HangWatch, version: int, what: str) -> None:
+        self._watch, self._version, self._what, self._t0 = watch, version, what, 0.0
+
+    def __enter__(self) -> None:
+        self._t0 = self._watch._enter(self._version, self._what)
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> bool:
+        """Ends the region; a region that fails (its own error, or an abort found here) leaves how
+        long it blocked in ``failed_region_s``."""
+        try:
+            self._exit(exc)
+        except BaseException:
+            self._watch.failed_region_s = time.monotonic() - self._t0
+            raise
+        if exc is not None:
+            self._watch.failed_region_s = time.monotonic() - self._t0
+        return False
+
+    def _exit(self, exc: BaseException | None) -> None:
+        watch, version = self._watch, self._version
+        if exc is None:
+            watch._leave(version)
+            if watch.aborted(version):
+                raise CollectiveFailure(f"{self._what}: communicator aborted: {watch.reason}")
+            return
+        if isinstance(exc, CollectiveFailure):
+            if watch.simulate_hang:
+                # nccl's survivors would sit in the collective; so do we, until aborted (the
+                # watch bounds it by the data-plane timeout even without the control plane).
+                watch._aborted.wait(watch.data_timeout_s + watch.poll_s * 5)
+            if watch._leave(version):
+                raise CollectiveFailure(f"{exc}; communicator aborted: {watch.reason}") from exc
+            return
+        if isinstance(exc, Exception) and watch._leave(version):  # the aborted group's own error, whichever call met it first
+            raise CollectiveFailure(f"{self._what}: {type(exc).__name__}: {exc}; communicator aborted: {watch.reason}") from exc
+        watch._leave(version)

@@ -18,7 +18,8 @@ class Deferred:
     """A handful of device scalars (one tensor) on their way to the host."""
 
     def __init__(self, values: torch.Tensor) -> None:
-        values = values.detach()
+        if values.requires_grad:
+            values = values.detach()
         if values.device.type == "cuda":
             self._host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
             self._host.copy_(values, non_blocking=True)
@@ -34,4 +35,5 @@ class Deferred:
         """The values; waits only if the copy has not completed (callers ask ``ready()`` first)."""
         if self._event is not None:
             self._event.synchronize()
-        return self._host.reshape(-1).tolist()
+        host = self._host
+        return (host if host.dim() == 1 else host.reshape(-1)).tolist()

@@ -67,6 +67,10 @@ class TrainMeta:
             if not (isinstance(value, int) and value >= 0):
                 raise ValueError(f"TrainMeta.{name}={value!r}: must be an integer >= 0")
 
+    def stepped(self, samples: int) -> TrainMeta:
+        """After one more step of ``samples``: ``dataclasses.replace`` without its introspection (every step)."""
+        return TrainMeta(self.step + 1, self.samples_seen + samples, self.global_batch, self.lr, self.rng_state, self.finished, self.cuda_rng_state)
+
 
 @dataclass(frozen=True, slots=True)
 class _TensorSpec:
