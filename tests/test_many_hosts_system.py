@@ -10,6 +10,7 @@ set: the ranks name the interface holding their worker's address (elastic_tasks.
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -34,25 +35,50 @@ STEPS, FAULT_STEP = 40, 8
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _run(n_workers: int, gpus: int, fault=None, check_idle=False, heal=None, checkpoint_dir=None):
-    """Hosts 1..n_workers each run one worker; returns (outcome, fault time, host of each rank).
+N_WORKERS = 3
+
+
+@pytest.fixture(scope="module")
+def world():
+    """Hosts 1..3 each run one worker, host 0 the scheduler: one world for every test here. Each
+    test's job ends with every worker idle again (its fenced rank gone: the fault tests wait for
+    it), so the next test starts on a clean cluster, and only the first pays for starting the
+    workers and importing torch on them (measured: most of a test's time otherwise)."""
+    with Hosts(N_WORKERS + 1) as hosts:
+        hosts.start_scheduler()
+        for i in range(1, N_WORKERS + 1):
+            hosts.start_worker(i, env={"PYTHONPATH": ROOT})
+        yield hosts
+
+
+@pytest.fixture
+def hosts(world):
+    # A failed test may have left its fault in place: every link up, every host running.
+    for i in range(world.n):
+        world.heal(i)
+        world.thaw(i)
+    return world
+
+
+def _run(hosts: Hosts, gpus: int, fault=None, check_idle=False, heal=None, checkpoint_dir=None):
+    """A job of ``gpus`` ranks on the world's workers; returns (outcome, fault time, host of each rank).
 
     ``heal(hosts, victim)`` runs once the job resumed after its recovery (the host comes back)."""
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_SOCKET_IFNAME")}
-    with Hosts(n_workers + 1) as hosts:
-        hosts.start_scheduler()
-        for i in range(1, n_workers + 1):
-            hosts.start_worker(i, env={"PYTHONPATH": ROOT})
-        argv = [sys.executable, "-m", "tests.hosts.drive_job", hosts.scheduler, str(n_workers), str(gpus), str(STEPS), str(TIMEOUT_S)]
-        if fault:
-            argv += [str(FAULT_STEP), "idle" if check_idle else "-"] + ([checkpoint_dir] if checkpoint_dir else [])
-        errors = tempfile.TemporaryFile("w+")
-        driver = hosts.popen(0, argv, env={"PYTHONPATH": ROOT}, cwd=ROOT, stdout=subprocess.PIPE, stderr=errors, text=True)
-        t_fault, victim_host = None, None
-        lines = []
+    t0 = time.monotonic()
+    argv = [sys.executable, "-m", "tests.hosts.drive_job", hosts.scheduler, str(N_WORKERS), str(gpus), str(STEPS), str(TIMEOUT_S)]
+    if fault:
+        argv += [str(FAULT_STEP), "idle" if check_idle else "-"] + ([checkpoint_dir] if checkpoint_dir else [])
+    errors = tempfile.TemporaryFile("w+")
+    driver = hosts.popen(0, argv, env={"PYTHONPATH": ROOT}, cwd=ROOT, stdout=subprocess.PIPE, stderr=errors, text=True)
+    t_fault, victim_host = None, None
+    lines, phases = [], {}
+    try:
         for line in driver.stdout:
             lines.append(line)
-            if line.startswith("ready ") and fault:
+            if line.startswith("phase "):
+                _, name, at = line.split()
+                phases[name] = float(at) - t0
+            elif line.startswith("ready ") and fault:
                 worker_of = json.loads(line[len("ready ") :])
                 victim_host = hosts.host_of(worker_of[sorted(worker_of)[-1]])  # not rank 0's host: the rendezvous stays
                 t_fault = time.monotonic()
@@ -60,11 +86,16 @@ def _run(n_workers: int, gpus: int, fault=None, check_idle=False, heal=None, che
             elif line.strip() == "resumed" and heal:
                 heal(hosts, victim_host)
         driver.wait(timeout=30)
-        errors.seek(0)
-        assert driver.returncode == 0 and lines, "".join(lines[-5:]) + errors.read()[-3000:]
-        out = json.loads(lines[-1])
-        out["host_of"] = {uid: hosts.host_of(addr) for uid, addr in out["worker_of"].items()}
-        return out, t_fault, victim_host
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait(timeout=10)
+    print("phases (s after the driver started): " + ", ".join(f"{k} {v:.1f}" for k, v in phases.items()) + f"; done {time.monotonic() - t0:.1f}")
+    errors.seek(0)
+    assert driver.returncode == 0 and lines, "".join(lines[-5:]) + errors.read()[-3000:]
+    out = json.loads(lines[-1])
+    out["host_of"] = {uid: hosts.host_of(addr) for uid, addr in out["worker_of"].items()}
+    return out, t_fault, victim_host
 
 
 def _assert_exact_samples(out):
@@ -89,8 +120,8 @@ def _assert_exact_samples(out):
     return per_step
 
 
-def test_a_job_trains_across_hosts_with_no_interface_named():
-    out, _, _ = _run(3, 3)
+def test_a_job_trains_across_hosts_with_no_interface_named(hosts):
+    out, _, _ = _run(hosts, 3)
     assert len(set(out["host_of"].values())) == 3  # one rank per host: every collective crosses the bridge
     assert not out["recoveries"]
     assert {h[1] for h in out["history"]} == {3}
@@ -145,8 +176,8 @@ def checkpoint_dir():
     shutil.rmtree(path, ignore_errors=True)
 
 
-def test_a_hosts_link_cut_mid_training_survivors_shrink_and_finish_and_the_host_is_fenced(checkpoint_dir):
-    out, t_fault, victim = _run(3, 3, fault=lambda hosts, i: hosts.cut(i), heal=lambda hosts, i: hosts.heal(i), check_idle=True, checkpoint_dir=checkpoint_dir)
+def test_a_hosts_link_cut_mid_training_survivors_shrink_and_finish_and_the_host_is_fenced(hosts, checkpoint_dir):
+    out, t_fault, victim = _run(hosts, 3, fault=lambda hosts, i: hosts.cut(i), heal=lambda hosts, i: hosts.heal(i), check_idle=True, checkpoint_dir=checkpoint_dir)
     rec = _shrinks_in_place(out, t_fault, victim)
     # Healed once training resumed: its rank's report of the failed collective reaches the
     # scheduler, is refused, and the rank leaves by itself.
@@ -154,7 +185,7 @@ def test_a_hosts_link_cut_mid_training_survivors_shrink_and_finish_and_the_host_
     _fenced_wrote_nothing(out, rec, checkpoint_dir)
 
 
-def test_a_frozen_host_is_left_behind_and_its_thawed_ranks_exit_fenced(checkpoint_dir):
+def test_a_frozen_host_is_left_behind_and_its_thawed_ranks_exit_fenced(hosts, checkpoint_dir):
     def freeze(hosts, i):
         # Longer than the survivors' collective timeout plus recovery's grace for the member's
         # own report: a shorter freeze is a pause the job rides out with every rank (measured).
@@ -162,7 +193,7 @@ def test_a_frozen_host_is_left_behind_and_its_thawed_ranks_exit_fenced(checkpoin
         time.sleep(TIMEOUT_S + REPORT_GRACE_S + 3)
         hosts.thaw(i)
 
-    out, t_fault, victim = _run(3, 3, fault=freeze, check_idle=True, checkpoint_dir=checkpoint_dir)
+    out, t_fault, victim = _run(hosts, 3, fault=freeze, check_idle=True, checkpoint_dir=checkpoint_dir)
     rec = _shrinks_in_place(out, t_fault, victim)
     # Its rank, cancelled while frozen, finds it was fenced and returns: every worker idle.
     print(f"every worker idle {out['idle_after_s']} s after the job ended")

@@ -5,7 +5,8 @@
 ``idle``: after the job, wait until no worker executes a task (a thawed rank gone) and report when.
 ``CHECKPOINT_DIR``: rank 0 checkpoints there every ``CHECKPOINT_EVERY`` steps (a path every host shares).
 
-Prints ``ready <json worker_of>`` once the job reached FAULT_STEP (the test then injects its
+Prints ``phase <name> <monotonic time>`` as it connects, warms up and starts the job (where a
+test's time goes), ``ready <json worker_of>`` once the job reached FAULT_STEP (the test then injects its
 fault), ``resumed`` once training resumed after a recovery (the test may then heal its fault),
 and as its last line the job's outcome as one JSON object, with the monotonic time
 (system-wide, comparable with the test's) at which the coordinator entered and left recovery,
@@ -33,8 +34,10 @@ CHECKPOINT_EVERY = 2
 
 def main(scheduler: str, workers: int, gpus: int, steps: int, timeout_s: float, fault_step: int = -1, check_idle: bool = False, checkpoint_dir: str | None = None) -> None:
     with Client(scheduler, timeout=60) as client:
+        _phase("connected")
         client.wait_for_workers(workers, timeout=120)
         warm_up(client, ENTRY)
+        _phase("warm")
         config = TrainConfig(
             global_batch=BATCH, max_steps=steps, record_indices=True, timeout_s=timeout_s, data_timeout_s=timeout_s,
             checkpoint_dir=checkpoint_dir, checkpoint_every=CHECKPOINT_EVERY if checkpoint_dir else 0,
@@ -42,6 +45,7 @@ def main(scheduler: str, workers: int, gpus: int, steps: int, timeout_s: float, 
         delays = {i: 0.1 for i in range(gpus)}  # a step long enough that the fault lands mid-run
         job = JobCoordinator(client, WorkerPool(client, grace_s=timeout_s), f"hosts-{time.monotonic_ns()}", ENTRY, config, delays=delays)
         job.start(gpus)
+        _phase("started")
         times: dict[str, float] = {}
 
         def watch() -> None:  # when the coordinator entered and left recovery
@@ -60,6 +64,7 @@ def main(scheduler: str, workers: int, gpus: int, steps: int, timeout_s: float, 
                 time.sleep(0.05)
             print("ready", json.dumps(dict(job.worker_of)), flush=True)
         result = job.wait(240)
+        _phase("ended")
         # A lost rank's task was cancelled, but a frozen-then-thawed rank runs on in its worker's
         # thread until it sees it was left behind: how long until no worker executes anything.
         # (Not across a cut link: the unreachable worker would hold the question for a TCP timeout.)
@@ -90,6 +95,10 @@ def main(scheduler: str, workers: int, gpus: int, steps: int, timeout_s: float, 
             "wall_now": time.time(),
         }
         print(json.dumps(out), flush=True)
+
+
+def _phase(name: str) -> None:
+    print("phase", name, time.monotonic(), flush=True)
 
 
 def _executing(dask_worker) -> int:  # noqa: ANN001 - distributed's Worker

@@ -61,6 +61,7 @@ class Hosts:
     """``n`` hosts; host 0 is the scheduler's. Use as a context manager."""
 
     n: int
+    log_dir: str | None = None  # where each worker's output goes (None: discarded)
     prefix: str = field(default_factory=lambda: f"m33{uuid.uuid4().hex[:5]}")
     procs: dict[int, list[subprocess.Popen]] = field(default_factory=dict)
     _made: list[str] = field(default_factory=list)
@@ -125,7 +126,12 @@ class Hosts:
 
     def start_worker(self, i: int, env: dict[str, str] | None = None) -> subprocess.Popen:
         dask = os.path.join(os.path.dirname(sys.executable), "dask")
-        return self.popen(i, [dask, "worker", self.scheduler, *WORKER_ARGS], env={**WORKER_ENV, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        argv, full_env = [dask, "worker", self.scheduler, *WORKER_ARGS], {**WORKER_ENV, **(env or {})}
+        if self.log_dir is None:
+            return self.popen(i, argv, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # Dask's own lines, dated: when a worker started, registered, lost its scheduler.
+        with open(os.path.join(self.log_dir, f"worker-h{i}-{len(self.procs.get(i, []))}.log"), "w") as out:
+            return self.popen(i, argv, env=full_env, stdout=out, stderr=out)
 
     def host_of(self, address: str) -> int:
         """The host index of a Dask address ``tcp://10.213.0.x:port``."""
