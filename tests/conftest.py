@@ -67,3 +67,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if getattr(config.option, "numprocesses", None):
         slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
         items.sort(key=lambda item: item.path not in slow_files)  # stable: each file's order kept
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from tests.timing import register
+
+    register(config)  # MALLEABLE_TEST_TIMES=FILE: each test's wall and CPU seconds (tests/timing.py)

@@ -13,7 +13,7 @@ from mlflow.tracking import MlflowClient
 from service.client import ServiceClient
 from service.store import JobStore
 from service.store.records import JobState
-from tests.test_service_system import entry, service_env, wait_until  # noqa: F401  (service_env is a fixture)
+from tests.service_process import entry, service_env, wait_until  # noqa: F401  (service_env is a fixture)
 
 pytestmark = pytest.mark.slow
 INTERVAL_S = 5.0

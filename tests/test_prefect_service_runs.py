@@ -25,7 +25,7 @@ from mlflow import MlflowClient
 from service.store import JobStore
 from tests.recipe_sources import failing_forward_recipe
 from tests.test_prefect_deploy import BIN, ROOT, _free_port, _prefect, _stop, _wait_healthy
-from tests.test_service_system import PROFILE, ServiceProcess
+from tests.service_process import PROFILE, ServiceProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
