@@ -6,6 +6,7 @@ only started when some selected test asks for it.
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 
@@ -59,11 +60,53 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
         config.option.numprocesses = workers
         if config.option.dist == "no":
             config.option.dist = "loadfile"
+            # xdist's default queues files by their number of tests, most first: a one-test system
+            # file of minutes then starts last and runs alone at the end. Ours: see below.
+            config.option.loadscopereorder = False
+
+
+# Seconds each file took, from the last run that ran it (pytest's cache, .pytest_cache/).
+FILE_SECONDS = "malleable/file_seconds"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """In parallel, files of slow system tests go first: the run's tail is then short files
-    filling in beside the last long one, not one long file started last."""
-    if getattr(config.option, "numprocesses", None):
-        slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
-        items.sort(key=lambda item: item.path not in slow_files)  # stable: each file's order kept
+    """In parallel, the longest files go first (longest-processing-time order): the run's tail is
+    then short files filling in beside the last long one, not one long file started last. A file's
+    length is what it took last time; a file never timed counts as long if it holds slow tests."""
+    if not _is_xdist_worker(config):  # workers collect (and order) what the controller hands out
+        return
+    cache = getattr(config, "cache", None)
+    seconds: dict[str, float] = cache.get(FILE_SECONDS, {}) if cache is not None else {}
+    slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
+
+    def length(item: pytest.Item) -> float:
+        known = seconds.get(item.nodeid.split("::")[0])
+        return known if known is not None else (math.inf if item.path in slow_files else 0.0)
+
+    items.sort(key=lambda item: -length(item))  # stable: each file's order kept
+
+
+class _FileSeconds:
+    """Adds up each file's setup, call and teardown seconds as reports arrive (in the controller of a
+    parallel run: every worker's), and keeps them in the cache for the next run's order."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        path = report.nodeid.split("::")[0]
+        self.seconds[path] = self.seconds.get(path, 0.0) + report.duration
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        cache = getattr(session.config, "cache", None)
+        if cache is not None and self.seconds:
+            cache.set(FILE_SECONDS, {**cache.get(FILE_SECONDS, {}), **{k: round(v, 1) for k, v in self.seconds.items()}})
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not _is_xdist_worker(config):
+        config.pluginmanager.register(_FileSeconds(), "malleable-file-seconds")
+    if os.environ.get("MALLEABLE_TEST_TIMES"):  # each test's wall and CPU seconds (tests/timing.py)
+        from tests.timing import register
+
+        register(config)

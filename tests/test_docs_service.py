@@ -66,7 +66,7 @@ def test_malleable_profile_and_the_client_share_one_profile_cache(tmp_path, monk
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_the_python_example_of_docs_service_md_runs_as_written(tmp_path):
-    from tests.test_service_system import ServiceProcess
+    from tests.service_process import ServiceProcess
 
     store = f"sqlite:///{tmp_path / 'jobs.db'}"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MALLEABLE_", "PREFECT_"))}

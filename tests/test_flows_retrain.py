@@ -17,7 +17,7 @@ from tests.processes import stop
 import yaml
 from mlflow import MlflowClient
 
-from tests.test_tracking import _free_port, _wait_healthy
+from tests.test_tracking import _free_port, _wait_healthy, server_env
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,7 +57,7 @@ def test_retrain_deployment_trains_while_mlflow_is_down_and_metrics_arrive_later
     proc = subprocess.Popen(
         [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
          "--artifacts-destination", str(tmp_path / "artifacts"), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=server_env(),
     )
     try:
         _wait_healthy(url, proc)

@@ -27,7 +27,7 @@ import yaml
 
 from service.store import JobStore
 from service.store.records import JobState
-from tests.test_service_system import PROFILE
+from tests.service_process import PROFILE
 
 pytestmark = pytest.mark.slow
 

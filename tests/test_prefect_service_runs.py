@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ from mlflow import MlflowClient
 from service.store import JobStore
 from tests.recipe_sources import failing_forward_recipe
 from tests.test_prefect_deploy import BIN, ROOT, _free_port, _prefect, _stop, _wait_healthy
-from tests.test_service_system import PROFILE, ServiceProcess
+from tests.service_process import PROFILE, ServiceProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
@@ -39,34 +40,6 @@ PASSING = {"profiles": {"p": PROFILE}, "jobs": [
     {"id": "short", "workload": "mlp_tiny", "samples": 4096, "arrival_s": 1, **JOB},
 ]}  # fmt: skip
 
-ARTIFACTS = """
-import asyncio, json, sys
-from uuid import UUID
-from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
-
-async def main():
-    async with get_client() as client:
-        found = await client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[UUID(sys.argv[1])])))
-        print(json.dumps({a.key: a.data if isinstance(a.data, str) else json.dumps(a.data) for a in found if a.key}))
-
-asyncio.run(main())
-"""
-
-
-FLOW_STATE = """
-import asyncio, sys
-from uuid import UUID
-from prefect.client.orchestration import get_client
-
-async def main():
-    async with get_client() as client:
-        print((await client.read_flow_run(UUID(sys.argv[1]))).state.type.value)
-
-asyncio.run(main())
-"""
-
-
 def _deployment_run(env: dict[str, str], jobs: Path) -> tuple[str, str]:
     """(final state, flow run id) of one `cluster-run` deployment run, watched to the end."""
     run = subprocess.run(
@@ -75,15 +48,22 @@ def _deployment_run(env: dict[str, str], jobs: Path) -> tuple[str, str]:
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=960,
     )  # fmt: skip
     flow_run = next(line.split("UUID:")[1].strip() for line in run.stdout.splitlines() if "UUID:" in line)
-    done = subprocess.run([sys.executable, "-c", FLOW_STATE, flow_run], env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout.strip().splitlines()[-1], flow_run
+    return _api(env, f"/flow_runs/{flow_run}")["state"]["type"], flow_run
+
+
+def _api(env: dict[str, str], path: str, body: dict | None = None):  # noqa: ANN202 - the server's JSON
+    """The Prefect server's REST API (what its client calls), read here without importing prefect
+    in a process of its own for each question (seconds of start-up each)."""
+    request = urllib.request.Request(
+        env["PREFECT_API_URL"] + path, data=None if body is None else json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        return json.loads(answer.read())
 
 
 def _artifacts(env: dict[str, str], flow_run: str) -> dict[str, str]:
-    done = subprocess.run([sys.executable, "-c", ARTIFACTS, flow_run], env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    found = _api(env, "/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [flow_run]}}})
+    return {a["key"]: a["data"] if isinstance(a["data"], str) else json.dumps(a["data"]) for a in found if a["key"]}
 
 
 def test_cluster_run_through_a_live_service_fails_on_a_failed_job_and_is_comparable_when_not(tmp_path):

@@ -53,8 +53,11 @@ def client():
 
 @pytest.fixture
 def late_rank(client):
-    """Sets the hook in every worker for one test; afterwards waits until the late rank's task
-    (given up by the coordinator, but a Dask task cannot be stopped) has left its worker."""
+    """Sets the hook in every worker for one test; afterwards no task is left on any worker.
+
+    The late rank's task was given up by the coordinator, but a Dask task cannot be stopped: it
+    sleeps out the rest of its hold (up to 100 s). Its worker is restarted instead (its nanny
+    starts a fresh process, without the hook), which frees it in seconds, not the hold."""
 
     def hold(version, rank, seconds, env=LATE_RANK_ENV):
         client.run(_set_env, env, f"{version}:{rank}:{seconds:g}")
@@ -62,6 +65,11 @@ def late_rank(client):
     yield hold
     for env in (LATE_RANK_ENV, LATE_CONNECT_ENV):
         client.run(_set_env, env, None)
+    busy = [address for address, running in client.run(_running).items() if running]
+    if busy:
+        client.restart_workers(busy, timeout=120)
+        client.wait_for_workers(3, timeout=120)
+        warm_up(client, ENTRY)
     deadline = time.monotonic() + 200
     while any(client.run(_running).values()) and time.monotonic() < deadline:
         time.sleep(0.5)

@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from tests.service_helpers import PG_ADMIN, drop_postgres, postgres_url
-from tests.test_service_system import PROFILE
+from tests.service_process import PROFILE
 
 pytestmark = pytest.mark.slow
 

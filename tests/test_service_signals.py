@@ -15,7 +15,7 @@ import pytest
 from service.client import ServiceClient
 from service.store.records import JobState
 from service.store import JobStore
-from tests.test_service_system import entry, service_env, wait_until  # noqa: F401 - the fixture
+from tests.service_process import entry, service_env, wait_until  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.slow
 

@@ -6,6 +6,7 @@ worker ids the probe's tests saw), a named path runs serially, a bad worker coun
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 CONFTEST = Path(__file__).with_name("conftest.py")
 
 PROBE = '''
+import json
 import os
 
 def test_a(): open(os.environ["SEEN"] + "/a-" + os.environ.get("PYTEST_XDIST_WORKER", "main"), "w").close()
@@ -51,3 +53,42 @@ def test_workers_as_chosen_none_nested_and_named_paths_serial(tmp_path):
     assert serial.returncode == 0 and ids == {"main"}, serial.stdout[-2000:]
     bad, _ = _pytest(project, workers="many")
     assert bad.returncode != 0 and "MALLEABLE_TEST_WORKERS='many'" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr[-2000:]
+
+
+ORDER_PROBE = '''
+import os, pytest
+
+def _ran(name): open(os.environ["SEEN"] + "/order", "a").write(name + "\\n")
+
+{marks}
+def test_{name}_{i}(): _ran("{name}")
+'''
+
+
+def test_parallel_order_is_longest_file_first_by_the_last_run_and_slow_files_before_it_is_known(tmp_path):
+    # One worker, so the order the queue gave is the order seen. xdist on its own would run the
+    # three-test file first (it queues files by their number of tests).
+    project = tmp_path / "project"
+    (project / "tests").mkdir(parents=True)
+    (project / "pytest.ini").write_text("[pytest]\ntestpaths = tests\nmarkers =\n    slow: slow\n")
+    (project / "tests" / "conftest.py").write_text(CONFTEST.read_text())
+    (project / "tests" / "test_many.py").write_text("".join(ORDER_PROBE.format(marks="", name="many", i=i) for i in range(3)))
+    (project / "tests" / "test_one.py").write_text(ORDER_PROBE.format(marks="@pytest.mark.slow", name="one", i=0))
+
+    def order(*args: str) -> list[str]:
+        seen = tmp_path / f"seen-{len(list(tmp_path.iterdir()))}"
+        seen.mkdir()
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "MALLEABLE_TEST_"))}
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", *args], cwd=project, env={**env, "SEEN": str(seen), "MALLEABLE_TEST_WORKERS": "1"}, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        return [line for line in (seen / "order").read_text().splitlines()]
+
+    assert order("-p", "no:cacheprovider") == ["one", "many", "many", "many"]  # nothing known: slow first
+    cache = project / ".pytest_cache" / "v" / "malleable" / "file_seconds"
+    cache.parent.mkdir(parents=True)
+    cache.write_text(json.dumps({"tests/test_many.py": 50.0, "tests/test_one.py": 1.0}))
+    assert order() == ["many", "many", "many", "one"]  # the last run's lengths, longest first
+    recorded = json.loads(cache.read_text())  # ... and this run's lengths replace them
+    assert set(recorded) == {"tests/test_many.py", "tests/test_one.py"} and recorded["tests/test_many.py"] < 50.0, recorded

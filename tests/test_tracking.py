@@ -54,6 +54,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+# MLflow 3's server starts a job runner beside it by default: 8 more processes (7 huey consumers),
+# each importing mlflow, for GenAI jobs no test here runs. Tracking is all these servers serve.
+def server_env() -> dict[str, str]:
+    return {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+
+
 def _wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 90.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -104,7 +110,8 @@ def test_unreachable_server_training_goes_on_and_metrics_arrive_later(tmp_path):
         [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
          "--artifacts-destination", str(tmp_path / "artifacts"), "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
          "--allowed-hosts", f"127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,  # its uvicorn and job runner: one group to stop
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,  # its uvicorn: one group to stop
+        env=server_env(),
     )
     try:
         _wait_healthy(url, proc)
