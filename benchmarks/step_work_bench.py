@@ -59,6 +59,9 @@ class _Board:
     def set_status(self, status: object) -> None:
         pass
 
+    def confirm_writer(self) -> None:  # never fenced: a steady step's checkpoint commits
+        pass
+
 
 class _Groups:
     """The generation's group: the one this process formed already (no board rendezvous)."""

@@ -143,6 +143,10 @@ class WorkerPool:
     def alive(self) -> list[str]:
         return gpu_workers(self.client)
 
+    def heartbeat_ages(self, workers: list[str]) -> dict[str, float]:
+        """Seconds since the scheduler last heard from each of ``workers`` (absent: not a worker now)."""
+        return self.client.run_on_scheduler(_heartbeat_ages, list(workers))
+
     def free(self) -> list[str]:
         alive = set(self.alive())
         for addr in [a for a in self.busy if a not in alive]:
@@ -218,3 +222,9 @@ def _tasks_running(dask_worker) -> int:  # noqa: ANN001 - distributed's Worker
     """Tasks still running in the worker, a cancelled one included (Dask counts it as executing
     until its function returns); seceded tasks hold no thread but may hold the GPU: counted too."""
     return dask_worker.state.executing_count + len(dask_worker.state.long_running)
+
+
+def _heartbeat_ages(workers: list[str], dask_scheduler=None) -> dict[str, float]:  # noqa: ANN001 - distributed's Scheduler
+    now = time.time()
+    states = dask_scheduler.workers
+    return {addr: now - states[addr].last_seen for addr in workers if addr in states}

@@ -149,3 +149,15 @@ def test_recovery_waits_only_the_grace_for_a_member_its_peers_already_waited_a_t
     assert report_deadline(t0, timeout, blocked_s=timeout + 0.2) == t0 + REPORT_GRACE_S  # a silent peer
     assert report_deadline(t0, timeout, blocked_s=0.3) == t0 + timeout + REPORT_GRACE_S  # a fast failure: others may still be blocked
     assert report_deadline(t0, timeout, blocked_s=0.0) == t0 + timeout + REPORT_GRACE_S
+    # A member yet to report whose worker still heartbeats is slow, not gone: the longer wait.
+    assert report_deadline(t0, timeout, blocked_s=timeout + 0.2, silent_heard_of=True) == t0 + timeout + REPORT_GRACE_S
+
+
+def test_the_scheduler_still_hears_from_a_running_worker(client):
+    """What recovery asks before giving a silent member only the grace: a live worker's
+    heartbeat is recent; an address that is no worker has no age."""
+    from elastic_tasks.cluster import WorkerPool
+
+    (addr,) = client.scheduler_info()["workers"]
+    ages = WorkerPool(client).heartbeat_ages([addr, "tcp://10.213.0.99:1"])
+    assert set(ages) == {addr} and 0 <= ages[addr] < 3.0

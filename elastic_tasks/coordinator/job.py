@@ -37,8 +37,7 @@ from elastic_tasks.rank.task import build_recipe, run_rank
 
 log = logging.getLogger(__name__)
 
-# A plan set for a future step waits for the job to get there: bounded by the job's own
-# length, not by us (the job ending first ends the wait).
+# A plan for a future step waits for the job to get there: bounded by the job's length, not us.
 FUTURE_STEP_WAIT_S = 3600.0
 
 

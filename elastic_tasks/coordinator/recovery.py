@@ -39,6 +39,10 @@ PLAN_READ_S = 5.0
 # peer: link cut, frozen host), every live member was in that collective too and reports within
 # this grace of the first report; the silent one has had its control timeout: no second one.
 REPORT_GRACE_S = 5.0
+# A worker heard from within this is alive (Dask's heartbeats come every ~0.5-1 s on a small
+# cluster; a loaded host's may be late by seconds); asked at most every HEARTBEAT_ASK_S.
+HEARTBEAT_FRESH_S = 3.0
+HEARTBEAT_ASK_S = 0.5
 # Asking the scheduler whether every member's worker died is a round trip: twice a second.
 ALL_DEAD_CHECK_S = 0.5
 # Nannies restart killed workers under new addresses: how often to look for one.
@@ -127,7 +131,8 @@ class Recovery:
             job.lifecycle.move(CoordinatorState.RECOVERING)
             members = job.board.plan(failed_version, timeout=PLAN_READ_S).members
             t0 = time.monotonic()
-            while time.monotonic() < report_deadline(t0, job.config.timeout_s, pump.heard.blocked.get(failed_version, 0.0)):
+            silent = _SilentMembers(job, members, failed_version)
+            while time.monotonic() < report_deadline(t0, job.config.timeout_s, pump.heard.blocked.get(failed_version, 0.0), silent.heard_of()):
                 reported = pump.heard.failed.get(failed_version, {})
                 if all(u in reported or job.dead(u) for u in members):
                     break
@@ -189,16 +194,42 @@ class Recovery:
         return tuple(job.launch(addr, version) for addr in workers)
 
 
-def report_deadline(t0: float, timeout_s: float, blocked_s: float) -> float:
+def report_deadline(t0: float, timeout_s: float, blocked_s: float, silent_heard_of: bool = False) -> float:
     """Until when recovery (begun at ``t0``) waits for the failed generation's members to report.
 
     ``blocked_s``: the longest any report says its rank sat in the failed collective. Once that
     reaches the control timeout, the member that never answered has had its timeout; the rest
-    report within ``REPORT_GRACE_S``. Otherwise a member may still be blocked in the collective
-    for up to a control timeout before it reports (the old, longer wait)."""
-    if blocked_s >= timeout_s:
+    report within ``REPORT_GRACE_S`` — unless a member yet to report is on a worker the scheduler
+    still hears from (``silent_heard_of``: a loaded host, slow to notice its own collective
+    failed, not a cut or frozen one). Otherwise a member may still be blocked in the collective
+    for up to a control timeout before it reports (the longer wait)."""
+    if blocked_s >= timeout_s and not silent_heard_of:
         return t0 + REPORT_GRACE_S
     return t0 + timeout_s + REPORT_GRACE_S
+
+
+class _SilentMembers:
+    """Whether a member yet to report runs on a worker that still heartbeats (asked at most every
+    ``HEARTBEAT_ASK_S``). A cut or frozen host's worker falls silent at the fault; a loaded one
+    keeps beating, and its rank reports, late."""
+
+    def __init__(self, job: JobCoordinator, members: tuple[str, ...], version: int) -> None:
+        self.job, self.members, self.version = job, members, version
+        self._asked, self._answer = -HEARTBEAT_ASK_S, False
+
+    def heard_of(self) -> bool:
+        now = time.monotonic()
+        if now - self._asked < HEARTBEAT_ASK_S:
+            return self._answer
+        self._asked = now
+        reported = self.job.pump.heard.failed.get(self.version, {})
+        workers = [w for u in self.members if u not in reported and not self.job.dead(u) and (w := self.job.worker_of.get(u))]
+        try:
+            ages = self.job.pool.heartbeat_ages(workers) if workers else {}
+        except Exception:  # noqa: BLE001 - no answer from the scheduler: decide as if none beats
+            ages = {}
+        self._answer = any(age < HEARTBEAT_FRESH_S for age in ages.values())
+        return self._answer
 
 
 def why_lost(job: JobCoordinator, uid: str) -> str:
