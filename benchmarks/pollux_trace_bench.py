@@ -147,7 +147,7 @@ def main() -> None:
         return
     for app in apps.values():
         print(f"{app.name:12s} B0 {app.init_batch:6d}  batches <= {app.max_batch:6d}  cap/GPU {app.profile.max_batch_per_gpu:4d}  "
-              f"work {app.work_samples:>12,d} samples  B_noise {app.noise.values[0]:.0f} -> {app.noise.values[-1]:.0f}", flush=True)  # fmt: skip
+              f"work {app.work_samples:>12,d} samples  B_noise {app.noise.values[0]:.0f} -> {app.noise.values[-1]:.0f}  overlap γ {app.profile.overlap:g}", flush=True)  # fmt: skip
     error = tuple(args.size_error) if args.size_error else None
     tasks = [(root, args.load, n, label, text, args.react, error, args.size_seed, args.mark_estimates) for n in args.workloads for label, text in variants.items()]
     ours: dict[str, dict[int, dict[str, float]]] = {label: {} for label in variants}
