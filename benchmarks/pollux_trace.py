@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import json
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import numpy as np
 import yaml
 
 from allocator.physics.noise import NoiseTrajectory, noise_from_stats, noise_to_value
-from allocator.physics.topology import fit_topology
+from allocator.physics.topology import fit_overlapped_topology
 from allocator.profiles.io import monotone_envelope, profile_to_dict
 from allocator.types import JobSpec, ThroughputProfile
 
@@ -62,9 +61,9 @@ def _profile(name: str, directory: Path) -> tuple[ThroughputProfile, int]:
             nodes, replicas = int(r["num_nodes"]), int(r["num_replicas"])
         if replicas < 2:
             continue
-        extra = float(r["step_time"]) - float(np.interp(int(r["local_bsz"]), sizes, times))
-        measurements.append((NOMINAL_PARAMS, replicas, nodes, max(extra, 0.0)))
-    intra, inter = fit_topology(measurements)
+        compute = float(np.interp(int(r["local_bsz"]), sizes, times))
+        measurements.append((NOMINAL_PARAMS, replicas, nodes, compute, float(r["step_time"])))
+    intra, inter, overlap = fit_overlapped_topology(measurements)
     keep = [i for i, b in enumerate(sizes) if b <= cap]
     profile = ThroughputProfile(
         workload=name,
@@ -75,6 +74,7 @@ def _profile(name: str, directory: Path) -> tuple[ThroughputProfile, int]:
         allreduce=intra,
         hardware="pollux-osdi21-trace",
         inter_host=inter,
+        overlap=overlap,
     )
     return profile, min(sizes)
 
@@ -83,6 +83,40 @@ def _pgns(init_batch: int, row: dict[str, str]) -> float:
     """Pollux's PGNS from one epoch's statistics; a gradient with no signal left (|G|^2 = 0) has no noise limit."""
     sqr, var = float(row["grad_sqr"]), float(row["grad_var"])
     return noise_from_stats(init_batch, sqr, var) if sqr > 0 and var > 0 else float("inf")
+
+
+def fitted_noise_scale(init_batch: int, pgns: dict[int, float]) -> float:
+    """One B_noise standing for an epoch's per-batch PGNS: the best fit of Pollux's efficiency over the traced batches.
+
+    Pollux's simulator values a step at batch B with the gradient statistics traced at B, so
+    its efficiency is E_B = (P_B + B0) / (P_B + B); ours has one B_noise per epoch. The one whose
+    E(B) = (P + B0) / (P + B) has the least squared log error against E_B over the traced batches
+    (B0's own is 1 at any P). Efficiency only departs from 1 at batches well above B0, and there
+    the large batches' PGNS rules; a median over the batches would weigh the small ones alike.
+    """
+    far = {b: p for b, p in pgns.items() if b > init_batch}
+    finite = [p for p in far.values() if np.isfinite(p)]
+    if not far or not finite:
+        return float("inf")
+    batches = np.array(list(far), dtype=float)
+    target = np.log(np.array([(p + init_batch) / (p + b) if np.isfinite(p) else 1.0 for b, p in far.items()]))
+
+    def error(log_p: float) -> float:
+        p = np.exp(log_p)
+        return float(np.sum((np.log((p + init_batch) / (p + batches)) - target) ** 2))
+
+    # E rises with P for every B > B0, so the best P lies within the traced PGNS (inf: above them all).
+    lo, hi = np.log(min(finite)), np.log(max(finite) * (4.0 if len(finite) < len(far) else 1.0))
+    if hi - lo < 1e-12:
+        return float(np.exp(lo))
+    grid = np.linspace(lo, hi, 257)
+    i = int(np.argmin([error(x) for x in grid]))
+    a, b = grid[max(i - 1, 0)], grid[min(i + 1, grid.size - 1)]
+    ratio = (np.sqrt(5.0) - 1.0) / 2.0  # golden section on the bracket around the grid's best
+    for _ in range(60):
+        c, d = b - ratio * (b - a), a + ratio * (b - a)
+        a, b = (a, d) if error(c) <= error(d) else (c, b)
+    return float(np.exp((a + b) / 2.0))
 
 
 def load_application(name: str, root: Path) -> Application:
@@ -94,7 +128,7 @@ def load_application(name: str, root: Path) -> Application:
     # Pollux's get_progress(e): the smallest progress any traced batch had made after epoch e.
     progress = [0.0] + [min(float(rows[e - 1]["progress"]) for rows in validation.values()) for e in range(1, epochs + 1)]
     total = progress[-1]
-    pgns = [statistics.median(_pgns(init_batch, rows[e]) for rows in validation.values()) for e in range(epochs)]
+    pgns = [fitted_noise_scale(init_batch, {b: _pgns(init_batch, rows[e]) for b, rows in validation.items()}) for e in range(epochs)]
     starts = [p / total for p in progress[:-1]]
     noise = NoiseTrajectory((*starts, 1.0), tuple(pgns))
     return Application(name, profile, init_batch, max_batch, min_local, int(round(total * init_batch)), noise)

@@ -9,14 +9,16 @@ our jobs (JobSpec with a profile, a noise scale and B0), then replayed by the pr
 Conversion, per application (``traces/<app>/``):
 * profile: the one-GPU step time against the local batch (placement ``1``), its monotone
   envelope (a few points dip); memory cap = the largest local batch traced. Allreduce: our ring
-  model fitted (``allocator.physics.topology.fit_topology``) to what a multi-GPU placement adds to the
-  one-GPU step at the same local batch (``placements.csv`` and ``scalability.csv``), inside one
-  node and across nodes separately; 4 GPUs per node.
+  model, inside one node and across nodes separately, and the overlap γ of Pollux's step model
+  (compute^γ + allreduce^γ)^(1/γ), fitted together (``allocator.physics.topology.fit_overlapped_topology``)
+  to every multi-GPU step traced (``placements.csv`` and ``scalability.csv``) against the one-GPU
+  step at the same local batch; 4 GPUs per node.
 * work: Pollux's simulator completes a job after ``max_epochs`` epochs of statistical progress
   (its unit: iterations at the initial batch, the smallest traced); work = that progress x the
   initial batch, in base-batch-equivalent samples with B0 = the initial batch.
 * noise scale: per epoch, Pollux's PGNS = B0 x grad_var / grad_sqr (the ``at_batch`` form of
-  ``allocator.physics.noise``), the median over the application's traced batch sizes; a step trajectory
+  ``allocator.physics.noise``) of each traced batch, and the one B_noise whose efficiency fits
+  Pollux's over the traced batches best (``pollux_trace.fitted_noise_scale``); a step trajectory
   over the fraction of the work done at each epoch's start.
 * batch range: [initial batch, largest traced batch] (ncf: 32768 only, as Pollux's simulator pins
   it); max GPUs: min(64, largest batch / smallest traced local batch); ``fixed_batch`` (the
@@ -28,9 +30,9 @@ arrivals and completions); jobs report their noise scale as trainers measure it.
 
 Differences that remain (so the figure is ours, not a reproduction of Pollux's simulator):
 Pollux's true throughput is its traced step times, interpolated per placement; ours is the
-fitted model, placed on as few nodes as possible. Its statistical efficiency uses the gradient
-statistics of the batch actually run (interpolated between traced batches); ours the median
-noise scale over them at the job's progress. No interference, no cluster autoscaling, no
+fitted model (smooth where the traced points scatter ±10 %), placed on as few nodes as possible. Its
+statistical efficiency uses the gradient statistics of the batch actually run (interpolated
+between traced batches); ours one fitted noise scale per epoch at the job's progress. No interference, no cluster autoscaling, no
 preemption to zero GPUs.
 
 Workloads: ``--load 1.0`` (``workloads/``, the 8 workloads the defaults were chosen on: in-sample)
@@ -145,7 +147,7 @@ def main() -> None:
         return
     for app in apps.values():
         print(f"{app.name:12s} B0 {app.init_batch:6d}  batches <= {app.max_batch:6d}  cap/GPU {app.profile.max_batch_per_gpu:4d}  "
-              f"work {app.work_samples:>12,d} samples  B_noise {app.noise.values[0]:.0f} -> {app.noise.values[-1]:.0f}", flush=True)  # fmt: skip
+              f"work {app.work_samples:>12,d} samples  B_noise {app.noise.values[0]:.0f} -> {app.noise.values[-1]:.0f}  overlap γ {app.profile.overlap:g}", flush=True)  # fmt: skip
     error = tuple(args.size_error) if args.size_error else None
     tasks = [(root, args.load, n, label, text, args.react, error, args.size_seed, args.mark_estimates) for n in args.workloads for label, text in variants.items()]
     ours: dict[str, dict[int, dict[str, float]]] = {label: {} for label in variants}

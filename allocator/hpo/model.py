@@ -10,7 +10,7 @@ A plan gives the GPUs of each stage. The model walks the paper's DAG stage by st
   trial runs at once on ``gpus // trials`` GPUs; with fewer, each GPU runs one trial at a time
   and the rest queue (list scheduling: the next trial goes to the first GPU that frees).
   A trial run costs its start-up latency plus ``iters`` steps; a step at the job's fixed
-  global batch on g GPUs takes ``accum * t_proc(micro) + t_comm(p, g)`` from
+  global batch on g GPUs takes ``(accum - 1) t_proc(micro) + last_micro_step(t_proc(micro), t_comm(p, g))`` from
   ``allocator.physics.throughput`` (gradient accumulation when the memory cap forces it), with the
   instance type's cross-instance allreduce for trials that placement had to split.
 * SYNC: the stage ends when its last trial ends, plus the barrier latency.
@@ -36,7 +36,7 @@ import numpy as np
 
 from allocator.hpo.placement import stage_spans
 from allocator.hpo.spec import Billing, CloudModel, HpoSpec, Stage, TrialModel
-from allocator.physics.throughput import t_comm, t_proc
+from allocator.physics.throughput import last_micro_step, t_comm, t_proc
 from allocator.types import AllreduceModel
 
 # A straggler draw never makes a step faster than this fraction of the mean.
@@ -88,7 +88,10 @@ def step_time(trial: TrialModel, gpus: int, allreduce: AllreduceModel) -> float:
     per_gpu = -(-trial.batch // gpus)
     accum = -(-per_gpu // profile.max_batch_per_gpu)
     micro = -(-trial.batch // (gpus * accum))
-    return accum * float(t_proc(profile, micro)) + float(t_comm(allreduce, profile.num_params, gpus))
+    compute = float(t_proc(profile, micro))
+    if not math.isfinite(compute):
+        return math.inf
+    return (accum - 1) * compute + float(last_micro_step(compute, float(t_comm(allreduce, profile.num_params, gpus)), profile.overlap))
 
 
 @lru_cache(maxsize=65536)

@@ -13,10 +13,12 @@ work is counted in those samples, so it does not depend on the batch it runs at.
 Throughput with gradient accumulation: a global batch B on k GPUs runs s = ceil(B / (k cap))
 micro-steps of c = ceil(B / (k s)) samples per rank, then one allreduce:
 
-    T(B, k) = B / (s t_proc(c) + t_comm(p, k, h)),     goodput(B, k) = T(B, k) E(B)
+    T(B, k) = B / ((s - 1) t_proc(c) + t_proc(c) (+) t_comm(p, k, h)),     goodput(B, k) = T(B, k) E(B)
 
 where h is the number of hosts a job packed onto as few hosts as possible spans; t_comm uses
-the profile's inter-host allreduce fit when h > 1 and one is known (see ``allocator.physics.topology``).
+the profile's inter-host allreduce fit when h > 1 and one is known (see ``allocator.physics.topology``);
+(+) is ``allocator.physics.throughput.last_micro_step``: the allreduce overlaps the last micro-step's
+backward pass as far as the profile's ``overlap`` says (a plain sum by default).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from allocator.physics.noise import NoiseTrajectory
-from allocator.physics.throughput import t_proc
+from allocator.physics.throughput import last_micro_step, t_proc
 from allocator.physics.topology import comm_time, hosts_spanned
 from allocator.types import JobSpec, ThroughputProfile
 
@@ -57,7 +59,10 @@ def step_time(spec: JobSpec, batch: int, gpus: int, accum_steps: int = 1, gpus_p
         return math.inf
     micro = -(-batch // (gpus * accum_steps))
     hosts = hosts_spanned(gpus, gpus_per_host)
-    return accum_steps * float(t_proc(spec.profile, micro)) + float(comm_time(spec.profile, gpus, hosts))
+    compute = float(t_proc(spec.profile, micro))
+    if not math.isfinite(compute):
+        return math.inf  # beyond the memory cap (and 0 x inf would be nan below)
+    return (accum_steps - 1) * compute + float(last_micro_step(compute, float(comm_time(spec.profile, gpus, hosts)), spec.profile.overlap))
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +156,8 @@ def _candidates(shape: _Shape) -> _Candidates:
     ks = np.arange(1, shape.kmax + 1, dtype=np.int64)
     hosts = np.ones(shape.kmax, dtype=np.int64) if shape.gpus_per_host is None else -(-ks // shape.gpus_per_host)
     comm = np.asarray(comm_time(shape.profile, ks, hosts), dtype=float)
-    t = s * np.asarray(t_proc(shape.profile, c.astype(float)), dtype=float) + comm[k - 1]
+    compute = np.asarray(t_proc(shape.profile, c.astype(float)), dtype=float)
+    t = (s - 1) * compute + np.asarray(last_micro_step(compute, comm[k - 1], shape.profile.overlap), dtype=float)
     rate = np.where(b >= k * s, b / t, 0.0)  # a rank with an empty micro-batch: infeasible
     # Running maximum of the rate within each count, exactly: on the rates' ranks, with count
     # k's ranks lifted above count k-1's so one accumulate serves every count.

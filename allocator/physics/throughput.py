@@ -1,8 +1,10 @@
-"""Seed 000's throughput model: T(b, k) = b / (t_proc(ceil(b / k)) + t_comm(p, k)).
+"""Seed 000's throughput model: T(b, k) = b / (t_proc(ceil(b / k)) (+) t_comm(p, k)).
 
 t_proc comes from a job's measured one-GPU points (interpolated, extrapolated up to the
-memory cap), t_comm from a ring-allreduce fit. ``rate_table`` gives, for every GPU count,
-the best global batch and its samples/s — what every policy consumes.
+memory cap), t_comm from a ring-allreduce fit; (+) is ``last_micro_step``: a plain sum unless
+the profile says the allreduce overlaps the backward pass (``ThroughputProfile.overlap``).
+``rate_table`` gives, for every GPU count, the best global batch and its samples/s — what
+every policy consumes.
 """
 
 from __future__ import annotations
@@ -53,6 +55,23 @@ def t_comm(model: AllreduceModel, num_params: int, gpus: int | np.ndarray) -> fl
     return float(out) if out.ndim == 0 else out
 
 
+def last_micro_step(compute: float | np.ndarray, comm: float | np.ndarray, overlap: float) -> float | np.ndarray:
+    """The micro-step that ends in the allreduce: (compute^γ + comm^γ)^(1/γ), γ = ``overlap``.
+
+    Pollux's step-time model (OSDI'21, goodput.py's ``_predict_log_optim_time``): buckets of
+    gradients are reduced while the backward pass still runs, so the allreduce partly hides
+    behind compute. γ = 1: no overlap (the sum); γ -> inf: full overlap (the max).
+    """
+    if overlap == 1.0:
+        return compute + comm
+    c, n = np.asarray(compute, dtype=float), np.asarray(comm, dtype=float)
+    top = np.maximum(c, n)
+    # Scaled by the larger term so large γ does not overflow; inf compute stays inf.
+    safe = np.where(np.isfinite(top) & (top > 0), top, 1.0)
+    out = np.where(np.isfinite(top) & (top > 0), safe * ((c / safe) ** overlap + (n / safe) ** overlap) ** (1.0 / overlap), top)
+    return float(out) if out.ndim == 0 else out
+
+
 def fit_allreduce(measurements: Sequence[tuple[int, int, float]]) -> AllreduceModel:
     """Least-squares fit of the ring model to (params, gpus, seconds) measurements.
 
@@ -96,15 +115,16 @@ def throughput(profile: ThroughputProfile, batch: int, gpus: int, accum_steps: i
     """Samples per second for a global batch on ``gpus`` GPUs (0 if it does not fit).
 
     With ``accum_steps`` > 1 each rank runs that many forward/backward passes of
-    ceil(batch / (gpus * accum_steps)) samples before one allreduce:
-    step = accum_steps * t_proc(micro-batch) + t_comm(p, k).
+    ceil(batch / (gpus * accum_steps)) samples before one allreduce, which overlaps the last:
+    step = (accum_steps - 1) t_proc(micro) + last_micro_step(t_proc(micro), t_comm(p, k)).
     """
     if gpus < 1 or accum_steps < 1 or batch < gpus * accum_steps:
         return 0.0
     comm = 0.0
     if gpus > 1:
         comm = 2.0 * (gpus - 1) * profile.allreduce.latency_s + 2.0 * (gpus - 1) / gpus * profile.num_params * profile.allreduce.seconds_per_param
-    step = accum_steps * _t_proc_scalar(profile, -(-batch // (gpus * accum_steps))) + comm
+    micro = _t_proc_scalar(profile, -(-batch // (gpus * accum_steps)))
+    step = (accum_steps - 1) * micro + float(last_micro_step(micro, comm, profile.overlap))
     return 0.0 if not math.isfinite(step) else batch / step
 
 
@@ -148,7 +168,8 @@ def _best_batches(profile: ThroughputProfile, lo: int, hi: int, kmax: int, accum
                 steps = -(-lower // (k * cap))
                 if lower < k * steps:
                     continue  # some rank would get an empty micro-batch
-                step = steps * t_proc(profile, -(-lower // (k * steps))) + t_comm(profile.allreduce, profile.num_params, k)
+                micro = t_proc(profile, -(-lower // (k * steps)))
+                step = (steps - 1) * micro + last_micro_step(micro, t_comm(profile.allreduce, profile.num_params, k), profile.overlap)
                 batches[k], rates[k], accum[k] = lower, lower / step, steps
             continue
         # Within one per-GPU size c the step time is fixed, so the largest global batch
@@ -156,7 +177,7 @@ def _best_batches(profile: ThroughputProfile, lo: int, hi: int, kmax: int, accum
         c = np.arange(math.ceil(lower / k), math.ceil(upper / k) + 1)
         cand = np.minimum(c * k, upper)
         cand = cand[cand >= lower]
-        step = t_proc(profile, np.ceil(cand / k)) + t_comm(profile.allreduce, profile.num_params, k)
+        step = last_micro_step(t_proc(profile, np.ceil(cand / k)), t_comm(profile.allreduce, profile.num_params, k), profile.overlap)
         r = cand / step
         i = int(np.argmax(r))  # first maximum: the smallest batch among equals
         batches[k], rates[k] = cand[i], r[i]

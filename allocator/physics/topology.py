@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from allocator.physics.throughput import fit_allreduce, t_comm
+from allocator.physics.throughput import fit_allreduce, last_micro_step, t_comm
 from allocator.types import AllreduceModel, ClusterSnapshot, ThroughputProfile
 
 
@@ -52,3 +52,43 @@ def fit_topology(measurements: Sequence[tuple[int, int, int, float]]) -> tuple[A
     intra = fit_allreduce([(p, k, t) for p, k, h, t in measurements if h == 1])
     inter = fit_allreduce([(p, k, t) for p, k, h, t in measurements if h > 1])
     return intra, inter
+
+
+# γ candidates for ``fit_overlapped_topology``: Pollux bounds its γ to [1, 10] (10 is close to the max).
+OVERLAP_GRID = tuple(round(1.0 + 0.05 * i, 2) for i in range(181))
+
+
+def fit_overlapped_topology(
+    measurements: Sequence[tuple[int, int, int, float, float]], overlaps: Sequence[float] = OVERLAP_GRID
+) -> tuple[AllreduceModel, AllreduceModel, float]:
+    """(intra-host, inter-host, γ) from (params, gpus, hosts, compute seconds, step seconds) measurements.
+
+    A step is (compute^γ + t_comm^γ)^(1/γ) (``allocator.physics.throughput.last_micro_step``), so
+    at a given γ each measurement implies an allreduce time (step^γ - compute^γ)^(1/γ) (0 where the
+    step is not above compute), to which ``fit_topology`` fits the ring; the γ whose fit predicts
+    the steps with the least squared log error wins (ties: the smaller γ, less overlap). Summing
+    (γ = 1) charges a job at large per-GPU batches the allreduce it mostly hides, and at small
+    ones less than it pays.
+    """
+    for p, k, h, compute, step in measurements:
+        if not (compute > 0 and step > 0 and np.isfinite(compute) and np.isfinite(step)):
+            raise ValueError(f"measurement compute={compute!r}, step={step!r}: both must be finite and > 0")
+        if h < 1 or k < h:
+            raise ValueError(f"measurement hosts={h!r}: must be in [1, gpus={k}]")
+    if not overlaps or any(not (g >= 1 and np.isfinite(g)) for g in overlaps):
+        raise ValueError(f"overlaps={list(overlaps)!r}: need at least one, each a finite number >= 1")
+    params = np.array([m[0] for m in measurements], dtype=float)
+    gpus = np.array([m[1] for m in measurements], dtype=float)
+    hosts = np.array([m[2] for m in measurements])
+    compute = np.array([m[3] for m in measurements], dtype=float)
+    step = np.array([m[4] for m in measurements], dtype=float)
+    best: tuple[float, float, AllreduceModel, AllreduceModel] | None = None
+    for gamma in sorted(float(g) for g in overlaps):
+        implied = np.maximum(step**gamma - compute**gamma, 0.0) ** (1.0 / gamma)
+        intra = fit_allreduce(list(zip(params[hosts == 1], gpus[hosts == 1], implied[hosts == 1])))
+        inter = fit_allreduce(list(zip(params[hosts > 1], gpus[hosts > 1], implied[hosts > 1])))
+        comm = np.where(hosts > 1, t_comm(inter, params, gpus), t_comm(intra, params, gpus))  # type: ignore[arg-type]
+        error = float(np.sum((np.log(np.asarray(last_micro_step(compute, comm, gamma))) - np.log(step)) ** 2))
+        if best is None or error < best[0] - 1e-12 * max(1.0, best[0]):
+            best = (error, gamma, intra, inter)
+    return best[2], best[3], best[1]  # type: ignore[index]

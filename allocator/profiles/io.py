@@ -11,7 +11,9 @@ Format::
 
 ``inter_host`` (optional) is the allreduce fit across hosts (``allreduce`` then holds the
 intra-host one); ``noise_scale`` (optional) the gradient noise scale in any form of
-``allocator.physics.noise`` — jobs using the profile take it unless they give their own.
+``allocator.physics.noise`` — jobs using the profile take it unless they give their own;
+``overlap`` (optional, γ >= 1, default 1) how far the allreduce hides behind the backward pass
+(``allocator.physics.throughput.last_micro_step``).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from allocator.strict import check_fields, mapping
 from allocator.types import AllreduceModel, ThroughputProfile
 
 _REQUIRED = ("workload", "num_params", "batch_sizes", "iter_times_s", "max_batch_per_gpu")
-_KNOWN = frozenset(_REQUIRED + ("hardware", "allreduce", "inter_host", "noise_scale"))
+_KNOWN = frozenset(_REQUIRED + ("hardware", "allreduce", "inter_host", "noise_scale", "overlap"))
 
 
 def _ring(model: AllreduceModel) -> dict[str, float]:
@@ -46,6 +48,8 @@ def profile_to_dict(profile: ThroughputProfile) -> dict[str, object]:
         out["inter_host"] = _ring(profile.inter_host)
     if profile.noise_scale is not None:
         out["noise_scale"] = noise_to_value(profile.noise_scale)
+    if profile.overlap != 1.0:
+        out["overlap"] = profile.overlap
     return out
 
 
@@ -92,6 +96,7 @@ def profile_from_dict(data: object, where: str = "profile", envelope: bool = Fal
             allreduce=allreduce,
             inter_host=inter,
             noise_scale=noise,
+            overlap=data.get("overlap", 1.0),
         )
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{where}: {exc}") from None

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from allocator.physics.throughput import t_comm
+from allocator.physics.throughput import last_micro_step, t_comm
 from allocator.types import AllreduceModel, ThroughputProfile
 
 
@@ -123,7 +123,8 @@ def prior_observations(profile: ThroughputProfile) -> list[StepObservation]:
             continue
         for k in (2, 4):
             comm = float(t_comm(model, profile.num_params, k))
-            out += [StepObservation(k, b, 1, hosts, t + comm) for b, t in zip(profile.batch_sizes, profile.iter_times_s)]
+            # The prior's own step (its overlap included): the refit sums compute and allreduce, and fits these.
+            out += [StepObservation(k, b, 1, hosts, float(last_micro_step(t, comm, profile.overlap))) for b, t in zip(profile.batch_sizes, profile.iter_times_s)]
     return out
 
 

@@ -37,7 +37,10 @@ class ThroughputProfile:
     ``inter_host`` optionally fits allreduce across hosts separately (``allreduce`` then
     holds the intra-host fit); None: one fit for both. ``noise_scale``, when measured with the
     profile (``malleable profile --noise``), is the gradient noise scale over the fraction of
-    work done that jobs using this profile take unless they give their own.
+    work done that jobs using this profile take unless they give their own. ``overlap`` (γ >= 1)
+    says how much of the allreduce hides behind the backward pass: a step takes
+    (t_proc^γ + t_comm^γ)^(1/γ), Pollux's model (OSDI'21, its ``PerfParams.gamma``); 1 (the
+    default) adds them, no overlap; a large γ approaches max(t_proc, t_comm).
     """
 
     workload: str
@@ -49,9 +52,14 @@ class ThroughputProfile:
     hardware: str = "unknown"
     inter_host: AllreduceModel | None = None
     noise_scale: NoiseTrajectory | None = None
+    overlap: float = 1.0
 
     def __post_init__(self) -> None:
         owner = f"ThroughputProfile[{self.workload}]"
+        require(
+            isinstance(self.overlap, (int, float)) and not isinstance(self.overlap, bool) and math.isfinite(self.overlap) and self.overlap >= 1,
+            owner, "overlap", self.overlap, "must be a finite number >= 1 (1: compute and allreduce add up)",
+        )  # fmt: skip
         require(isinstance(self.workload, str) and self.workload != "", owner, "workload", self.workload, "must be a non-empty string")
         positive_int(owner, "num_params", self.num_params)
         object.__setattr__(self, "batch_sizes", tuple(self.batch_sizes))

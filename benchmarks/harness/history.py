@@ -234,8 +234,9 @@ def write_history(markdown: Path, out_dir: Path, doc: str = "docs/benchmarks.md"
 
 def rank(doc: dict[str, Any], entry: dict[str, Any]) -> str:
     """When a measurement was made, as far as the data says: the time its line entered the doc,
-    else the date written beside it, else the run's start."""
-    return (entry.get("recorded") or {}).get("at") or doc.get("date") or doc.get("started_at") or ""
+    else the run's start, else the date written beside it. The start before the date: a run's
+    date is its day only, and ``"2026-11-28"`` sorts before any time of that day a history line has."""
+    return (entry.get("recorded") or {}).get("at") or doc.get("started_at") or doc.get("date") or ""
 
 
 def latest_per_benchmark(paths: list[Path]) -> dict[str, Any]:
