@@ -40,6 +40,9 @@ class ServiceProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "flows.commands.cli", "serve"], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
         )
+        self._collect()
+
+    def _collect(self) -> None:
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()

@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from service.store import JobStore
 from service.store.records import JobState
 from tests.hosts.netns import Hosts, unavailable
 from tests.hosts.paced import PACE_ENV
+from tests.service_process import ServiceProcess
 
 _WHY = unavailable()
 if _WHY:
@@ -48,32 +48,13 @@ def entry(job_id: str, steps: int, **kw) -> dict:
     return e | kw
 
 
-class ServiceOnHost:
+class ServiceOnHost(ServiceProcess):
     """`malleable serve` on a host, in a process group of its own (a SIGKILL of the group is the
     host's service dying); its output collected."""
 
-    def __init__(self, hosts: Hosts, i: int, env: dict[str, str], cwd: Path) -> None:
+    def __init__(self, hosts: Hosts, i: int, env: dict[str, str], cwd: Path) -> None:  # noqa: D107 - started in the host's namespace
         self.proc = hosts.popen(i, [sys.executable, "-m", "flows.commands.cli", "serve"], env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.lines: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip("\n"))
-
-    def output(self) -> str:
-        return "\n".join(self.lines)
-
-    def wait_for_line(self, text: str, timeout: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if any(text in line for line in self.lines):
-                return
-            if self.proc.poll() is not None:
-                time.sleep(0.2)
-                raise AssertionError(f"service exited {self.proc.returncode} before {text!r}:\n{self.output()}")
-            time.sleep(0.1)
-        raise AssertionError(f"no {text!r} within {timeout} s:\n{self.output()}")
+        self._collect()
 
     def kill(self) -> None:
         os.killpg(self.proc.pid, signal.SIGKILL)
