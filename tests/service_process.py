@@ -91,7 +91,9 @@ class ServiceProcess:
 RUNNING_SERVICES: list[ServiceProcess] = []
 
 
-def wait_until(predicate, timeout: float, what: str, store: JobStore):
+def wait_until(predicate, timeout: float, what: str, store: JobStore, services: list | None = None):
+    """``predicate``'s first truthy value within ``timeout``; else fail with the store's jobs and the
+    services' output (``services``: those to show, default every one this module started)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
@@ -99,11 +101,11 @@ def wait_until(predicate, timeout: float, what: str, store: JobStore):
             return value
         time.sleep(0.2)
     rows = "\n".join(
-        f"{r.id} {r.name} {r.state.value} gpus={r.gpus} {r.samples_done:.0f}/{r.total_samples} err={r.error} "
+        f"{r.id} {r.name} {r.state.value} gpus={r.gpus} {r.samples_done:.0f}/{r.total_samples} attempts={r.attempts} err={r.error} "
         f"allocations={[(a.kind, a.gpus, a.batch) for a in store.allocations(r.id)]}"
         for r in store.jobs()
     )
-    logs = "\n".join(f"--- service {i} ---\n{svc.output()[-4000:]}" for i, svc in enumerate(RUNNING_SERVICES))
+    logs = "\n".join(f"--- service {i} ---\n{svc.output()[-4000:]}" for i, svc in enumerate(RUNNING_SERVICES if services is None else services))
     raise AssertionError(f"timed out waiting for {what}; jobs:\n{rows}\n{logs}")
 
 

@@ -24,7 +24,7 @@ from service.store import JobStore
 from service.store.records import JobState
 from tests.hosts.netns import Hosts, unavailable
 from tests.hosts.paced import PACE_ENV
-from tests.service_process import ServiceProcess
+from tests.service_process import ServiceProcess, wait_until
 
 _WHY = unavailable()
 if _WHY:
@@ -72,22 +72,6 @@ def _env(hosts: Hosts, state: Path, **extra: str) -> dict[str, str]:
         MALLEABLE_INTERVAL_S="5", MALLEABLE_SERVICE_POLL_S="0.2", **extra,
     )  # fmt: skip
     return env
-
-
-def wait_until(predicate, timeout: float, what: str, store: JobStore, services: list[ServiceOnHost]):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    rows = "\n".join(
-        f"{r.id} {r.state.value} gpus={r.gpus} {r.samples_done:.0f}/{r.total_samples} attempts={r.attempts} err={r.error} "
-        f"allocations={[(a.kind, a.gpus, a.batch) for a in store.allocations(r.id)]}"
-        for r in store.jobs()
-    )  # fmt: skip
-    logs = "\n".join(f"--- service {i} ---\n{s.output()[-4000:]}" for i, s in enumerate(services))
-    raise AssertionError(f"timed out waiting for {what}; jobs:\n{rows}\n{logs}")
 
 
 def ranks_by_host(hosts: Hosts, board_id: str) -> dict[int, int]:
