@@ -88,3 +88,12 @@ def test_command_modules_never_import_each_other():
             modules = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names] if isinstance(node, ast.Import) else []
             offenders += [f"{path.name} imports {m}" for m in modules if m in commands - {module}]
     assert offenders == []
+
+
+def test_listing_jobs_loads_no_policy_and_no_solver(tmp_path, monkeypatch):
+    # `malleable jobs --watch` is started often (and in loops): the store's records name the loop's
+    # job states, which must not drag in every policy and the MILP solver's modeller on the way.
+    monkeypatch.setenv("MALLEABLE_JOB_STORE", f"sqlite:///{tmp_path / 'jobs.db'}")
+    done, loaded = _modules_after(["jobs"])
+    assert "state" in done.stdout and "Usage" not in done.stdout + done.stderr, done.stdout + done.stderr
+    assert "pulp" not in loaded and not loaded & {"torch", "prefect", "mlflow", "distributed"}, sorted(loaded & set(HEAVY))

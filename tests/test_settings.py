@@ -27,6 +27,10 @@ def test_defaults_need_no_server():
     assert s.workers == 4 and s.policy == "elastic_dp" and s.overflow is OverflowMode.QUEUE
     assert s.resolved_tracking_uri == f"sqlite:///{(Path('.malleable') / 'mlflow.db').resolve()}"
     assert s.resolved_checkpoint_dir == Path(".malleable") / "checkpoints"
+    # The default policy skips the validator's check (start-up cost): it must be one that builds.
+    from allocator.policies import parse_policy
+
+    assert parse_policy(s.policy).build() is not None
 
 
 def test_environment_and_overrides(monkeypatch):

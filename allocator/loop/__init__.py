@@ -9,59 +9,23 @@ Dask executor in ``elastic_tasks``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
-from allocator.loop.execution import Clock, Executor
-from allocator.loop.run import LoopRun
+from allocator.loop.sources import EPS
 from allocator.loop.types import JobRecord, JobTransition, LoopResult, LoopSettings, ScheduleRow, StepReport
-from allocator.policies.base import Policy
-from allocator.loop.sources import EPS, JobSource, StaticJobs
-from allocator.types import JobSpec
+
+if TYPE_CHECKING:
+    from allocator.loop.driver import run_loop
 
 # The run's records are named from here by every layer above.
 __all__ = ["EPS", "JobRecord", "JobTransition", "LoopResult", "LoopSettings", "ScheduleRow", "StepReport", "run_loop"]
 
 
-def run_loop(
-    jobs: Iterable[JobSpec] | JobSource,
-    policy: Policy,
-    capacity: int | Callable[[], int],
-    clock: Clock,
-    executor: Executor,
-    settings: LoopSettings = LoopSettings(),
-    observer: Callable[[StepReport], None] | None = None,
-    on_job: Callable[[JobTransition], None] | None = None,
-) -> LoopResult:
-    """Run jobs to completion (or the horizon, or a stop from the source) under ``policy``.
+def __getattr__(name: str):
+    # The driver pulls in every policy (numpy, pulp); the job store and the CLI read only the
+    # records above, so `malleable jobs` does not pay for the policies at start-up.
+    if name == "run_loop":
+        from allocator.loop.driver import run_loop
 
-    ``jobs`` is a fixed list (each arrives at its ``arrival_time``) or a live ``JobSource``.
-    ``capacity`` is a GPU count, or a function giving the GPUs alive now: then a change is a
-    reason to decide again, and a job larger than the cluster waits (workers may join) rather
-    than being dropped at arrival. ``on_job`` hears every job's phase changes as they happen.
-    """
-    if hasattr(jobs, "poll"):
-        source: JobSource = jobs  # type: ignore[assignment]
-        specs: dict[str, JobSpec] = {}
-    else:
-        listed = list(jobs)
-        specs = {j.id: j for j in listed}
-        source = StaticJobs(listed)
-    run = LoopRun(specs, policy, capacity, executor, settings, clock.now(), observer, on_job)
-    while True:
-        now = clock.now()
-        update = source.poll(now)
-        run.ingest(now, update)
-        run.reap(now)
-        if update.stop:
-            break
-        run.follow_capacity(now)
-        on_tick = run.on_tick(now)
-        if run.decision_due(now, on_tick):
-            run.decide(now)
-        if on_tick:
-            run.advance_tick(now)
-        wake = run.next_wake(now, source)
-        if wake is None:
-            break
-        clock.sleep_until(wake)
-    return run.result(clock.now())
+        return run_loop
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

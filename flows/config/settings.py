@@ -16,7 +16,6 @@ from pydantic import AliasChoices, Field, ValidationError, field_validator, mode
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from allocator.admission import OverflowMode
-from allocator.policies import UnknownPolicyError, available_policies, parse_policy
 from service.redaction import redact_url
 
 ENV_PREFIX = "MALLEABLE_"
@@ -93,6 +92,13 @@ class Settings(BaseSettings):
     @field_validator("policy")
     @classmethod
     def _known_policy(cls, value: str) -> str:
+        # Settings validate their defaults too, and every CLI command reads them: the default is
+        # known good (tests/test_settings.py builds it), so only a chosen policy pays for loading
+        # every policy (numpy, pulp) here.
+        if value == cls.model_fields["policy"].default:
+            return value
+        from allocator.policies import UnknownPolicyError, available_policies, parse_policy
+
         try:
             parse_policy(value).build()
         except UnknownPolicyError:
