@@ -6,9 +6,11 @@ only started when some selected test asks for it.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -67,16 +69,21 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
 
 # Seconds each file took, from the last run that ran it (pytest's cache, .pytest_cache/).
 FILE_SECONDS = "malleable/file_seconds"
+# ... and where no run left a cache (a fresh clone: CI), a committed measurement of each file
+# (`python -m tests.timing TIMES --baseline tests/file_seconds.json` writes it from a timed run).
+BASELINE_SECONDS = Path(__file__).with_name("file_seconds.json")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """In parallel, the longest files go first (longest-processing-time order): the run's tail is
     then short files filling in beside the last long one, not one long file started last. A file's
-    length is what it took last time; a file never timed counts as long if it holds slow tests."""
+    length is what it took last time (else what the committed baseline says); a file never timed
+    counts as long if it holds slow tests."""
     if not _is_xdist_worker(config):  # workers collect (and order) what the controller hands out
         return
     cache = getattr(config, "cache", None)
-    seconds: dict[str, float] = cache.get(FILE_SECONDS, {}) if cache is not None else {}
+    baseline: dict[str, float] = json.loads(BASELINE_SECONDS.read_text()) if BASELINE_SECONDS.is_file() else {}
+    seconds: dict[str, float] = {**baseline, **(cache.get(FILE_SECONDS, {}) if cache is not None else {})}
     slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
 
     def length(item: pytest.Item) -> float:

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 CONFTEST = Path(__file__).with_name("conftest.py")
+ROOT = CONFTEST.parents[1]
 
 PROBE = '''
 import json
@@ -86,9 +87,23 @@ def test_parallel_order_is_longest_file_first_by_the_last_run_and_slow_files_bef
         return [line for line in (seen / "order").read_text().splitlines()]
 
     assert order("-p", "no:cacheprovider") == ["one", "many", "many", "many"]  # nothing known: slow first
+    # A fresh clone (no cache) orders by the committed baseline.
+    (project / "tests" / "file_seconds.json").write_text(json.dumps({"tests/test_many.py": 40.0, "tests/test_one.py": 2.0}))
+    assert order("-p", "no:cacheprovider") == ["many", "many", "many", "one"]
     cache = project / ".pytest_cache" / "v" / "malleable" / "file_seconds"
     cache.parent.mkdir(parents=True)
     cache.write_text(json.dumps({"tests/test_many.py": 50.0, "tests/test_one.py": 1.0}))
     assert order() == ["many", "many", "many", "one"]  # the last run's lengths, longest first
     recorded = json.loads(cache.read_text())  # ... and this run's lengths replace them
     assert set(recorded) == {"tests/test_many.py", "tests/test_one.py"} and recorded["tests/test_many.py"] < 50.0, recorded
+
+
+def test_the_baseline_is_each_files_wall_seconds_summed_from_a_timed_run(tmp_path):
+    times = tmp_path / "times.jsonl"
+    rows = [("tests/test_x.py::a", 1.25), ("tests/test_y.py::b[1]", 4.0), ("tests/test_x.py::c", 2.5)]
+    times.write_text("".join(json.dumps({"test": t, "wall_s": w, "cpu_s": w / 2, "worker": "gw0"}) + "\n" for t, w in rows))
+    out = tmp_path / "file_seconds.json"
+    done = subprocess.run([sys.executable, "-m", "tests.timing", str(times), "--baseline", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(out.read_text()) == {"tests/test_x.py": 3.8, "tests/test_y.py": 4.0}  # 1.25 + 2.5, rounded to 0.1
+    assert "3 tests: 8 s wall" in done.stdout

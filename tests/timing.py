@@ -14,6 +14,7 @@ it computes.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -79,5 +80,27 @@ def summary(lines: list[str], top: int = 20) -> str:
     return "\n".join(out)
 
 
+def file_seconds(lines: list[str]) -> dict[str, float]:
+    """Each file's wall seconds (setup + call + teardown of its tests), the parallel run's order key."""
+    seconds: dict[str, float] = defaultdict(float)
+    for line in lines:
+        if line.strip():
+            record = json.loads(line)
+            seconds[record["test"].split("::")[0]] += record["wall_s"]
+    return {name: round(s, 1) for name, s in sorted(seconds.items())}
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="python -m tests.timing", description="Where the suite's time goes, from MALLEABLE_TEST_TIMES=FILE.")
+    parser.add_argument("times", type=Path, help="the JSON-lines file a timed run wrote")
+    parser.add_argument("top", type=int, nargs="?", default=20, help="how many tests and files to list")
+    parser.add_argument("--baseline", type=Path, help="also write each file's seconds here (tests/file_seconds.json orders a fresh clone's run)")
+    args = parser.parse_args(argv)
+    lines = args.times.read_text().splitlines()
+    print(summary(lines, top=args.top))
+    if args.baseline is not None:
+        args.baseline.write_text(json.dumps(file_seconds(lines), indent=0) + "\n")
+
+
 if __name__ == "__main__":
-    print(summary(Path(sys.argv[1]).read_text().splitlines(), top=int(sys.argv[2]) if len(sys.argv) > 2 else 20))
+    main(sys.argv[1:])
