@@ -7,12 +7,14 @@ our jobs (JobSpec with a profile, a noise scale and B0), then replayed by the pr
 ``allocator.simulator.simulate`` (what ``malleable simulate`` runs), on goodput physics.
 
 Conversion, per application (``traces/<app>/``):
-* profile: the one-GPU step time against the local batch (placement ``1``), its monotone
-  envelope (a few points dip); memory cap = the largest local batch traced. Allreduce: our ring
+* profile: the one-GPU step time against the local batch (placement ``1``), each lowered to the
+  least time at it or a larger batch up to the memory cap (``pollux_trace.padded_envelope``: yolov3's
+  8 per GPU is faster than its 6 in nearly every placement traced, and Pollux's simulator takes the
+  traced time as the truth); memory cap = the largest local batch traced. Allreduce: our ring
   model, inside one node and across nodes separately, and the overlap γ of Pollux's step model
   (compute^γ + allreduce^γ)^(1/γ), fitted together (``allocator.physics.topology.fit_overlapped_topology``)
   to every multi-GPU step traced (``placements.csv`` and ``scalability.csv``) against the one-GPU
-  step at the same local batch; 4 GPUs per node.
+  step traced at the same local batch; 4 GPUs per node.
 * work: Pollux's simulator completes a job after ``max_epochs`` epochs of statistical progress
   (its unit: iterations at the initial batch, the smallest traced); work = that progress x the
   initial batch, in base-batch-equivalent samples with B0 = the initial batch.
@@ -133,6 +135,9 @@ def main() -> None:
     root: Path = args.pollux
     if not all((root / d).is_dir() for d in ("workloads", "traces", "results-jobload")):
         sys.exit(f"--pollux={str(root)!r}: expected the artifact's simulator/ directory (with workloads/, traces/ and results-jobload/)")
+    missing = [n for n in args.workloads if not workload_path(root, args.load, n).is_file()]
+    if missing:
+        sys.exit(f"--workloads={missing!r}: no such workload at load {args.load} (the artifact has workload-1 ... workload-8)")
     texts = args.policy or list(DEFAULT_POLICIES)
     variants = {parse_policy(t).label: t for t in texts}  # a bad variant fails here, naming the parameter
     apps = {name: load_application(name, root) for name in MAX_EPOCHS}

@@ -18,7 +18,7 @@ from allocator.physics.throughput import throughput
 from allocator.physics.topology import fit_overlapped_topology, fit_topology
 from allocator.profiles.io import profile_from_dict, profile_to_dict
 from allocator.types import AllreduceModel, ThroughputProfile
-from benchmarks.pollux_trace import NOMINAL_PARAMS, fitted_noise_scale, load_application
+from benchmarks.pollux_trace import NOMINAL_PARAMS, fitted_noise_scale, load_application, padded_envelope
 from tests.factories import make_job
 
 
@@ -157,3 +157,42 @@ def test_pollux_trace_converts_to_the_step_times_and_noise_it_was_made_from(tmp_
     # Work: the smaller progress after the last epoch (90,000 B0-steps) x B0.
     assert app.work_samples == 90_000 * 100
     assert np.isclose(app.noise.bounds[1], 1000 / 90_000)
+
+
+def test_padded_envelope_lowers_a_batch_to_a_larger_faster_one():
+    # Each time is the least at that batch or any larger one (a batch padded to a faster larger one).
+    assert padded_envelope((1.0, 0.9, 2.0, 1.5)) == (0.9, 0.9, 1.5, 1.5)
+    assert padded_envelope((0.1, 0.2, 0.3)) == (0.1, 0.2, 0.3)
+
+
+def test_pollux_trace_keeps_a_larger_batch_that_runs_faster_in_every_placement(tmp_path):
+    """yolov3's shape: local 20 runs faster than local 10 on one GPU and in every placement traced.
+    The profile keeps the traced time at 20 (10 is lowered to it, never 20 raised), and the allreduce
+    is fitted against the one-GPU step at each measurement's own local batch, so the steps at 20 and
+    40 come back exactly."""
+    trace = tmp_path / "traces" / "imagenet"
+    trace.mkdir(parents=True)
+    gamma, intra, inter = 2.0, (0.01, 0.0), (0.003, 1e-8)
+    compute = {10: 0.08, 20: 0.06, 40: 0.18}
+
+    def step(b: int, gpus: int, nodes: int) -> float:
+        lat, spp = intra if nodes == 1 else inter
+        return (compute[b] ** gamma + _ring(lat, spp, NOMINAL_PARAMS, gpus) ** gamma) ** (1 / gamma)
+
+    placements = [["1", b, t, 0.0] for b, t in compute.items()]
+    placements += [[p, b, step(b, sum(map(int, p)), len(p)), 0.0] for p in ("2", "4", "22", "44") for b in compute]
+    _write(trace / "placements.csv", ["placement", "local_bsz", "step_time", "sync_time"], placements)
+    scal = [[n, r, b, step(b, r, n), 0.0] for n, r in ((4, 16), (16, 64)) for b in compute]
+    _write(trace / "scalability.csv", ["num_nodes", "num_replicas", "local_bsz", "step_time", "sync_time"], scal)
+    for batch in (100, 400):
+        rows = [[1000.0 * (e + 1), 0, 0.5, 1.0, 9.0] for e in range(90)]
+        _write(trace / f"validation-{batch}.csv", ["progress", "iteration", "metric", "grad_sqr", "grad_var"], rows)
+
+    app = load_application("imagenet", tmp_path)
+    assert app.profile.iter_times_s == pytest.approx((0.06, 0.06, 0.18))
+    assert app.profile.overlap == pytest.approx(gamma)
+    spec = make_job(profile=app.profile, min_batch=100, max_batch=400, max_gpus=64)
+    for b in (20, 40):
+        for gpus in (1, 2, 4, 8, 16, 64):
+            expected = compute[b] if gpus == 1 else step(b, gpus, -(-gpus // 4))
+            assert step_time(spec, b * gpus, gpus, gpus_per_host=4) == pytest.approx(expected, rel=1e-6)
