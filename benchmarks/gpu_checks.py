@@ -17,7 +17,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import torch
+# torch is imported where a check runs, not here: gpu_validation reads CHECKS to parse its
+# arguments, and a bad argument is answered without the seconds torch takes to import.
 
 
 class Skip(Exception):
@@ -35,6 +36,8 @@ class Check:
 
 
 def gpus() -> int:
+    import torch
+
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
@@ -52,6 +55,7 @@ def _finite(x: object) -> bool:
 
 
 def environment(args: argparse.Namespace) -> dict[str, object]:
+    import torch
     import torch.distributed as dist
 
     from elastic_tasks.rank.health.hang_watch import NCCL_ERROR_ENV, configure_nccl_error_mode
@@ -92,6 +96,8 @@ def device_assignment(args: argparse.Namespace) -> dict[str, object]:
     from distributed import Client
 
     def seen() -> str:
+        import torch
+
         return f"{os.environ.get('CUDA_VISIBLE_DEVICES')}|{torch.cuda.get_device_properties(0).uuid}"
 
     with local_gpu_cluster(len(visible)) as cluster, Client(cluster) as client:
@@ -105,6 +111,8 @@ def device_assignment(args: argparse.Namespace) -> dict[str, object]:
 
 def state_round_trip(args: argparse.Namespace) -> dict[str, object]:
     need_gpus(1)
+    import torch
+
     from elastic_tasks.examples import EXAMPLES
     from elastic_tasks.rank.scaling import LRRamp
     from elastic_tasks.rank.state.elastic import ElasticState, TrainMeta

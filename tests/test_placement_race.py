@@ -114,7 +114,10 @@ def test_a_job_stopped_and_started_again_resumes_and_its_end_is_reported(client,
     """A policy that takes a running job's GPUs away and gives them back later: the job resumes
     from the checkpoint its stop left, and its completion is reported (the executor used to keep
     it marked as reported from the stop, so the loop never heard it end)."""
-    a = make_job("a", PROFILE, workload="mlp", total_samples=32 * 1500, min_batch=32, max_batch=32, max_gpus=1)
+    # 600 steps: the stop is published as soon as step 5 is seen and read at a step boundary a few
+    # steps later, so the job is still far from its end when it stops (1,500 steps spent ~2.5x the
+    # CPU on steps after the resume that check nothing more).
+    a = make_job("a", PROFILE, workload="mlp", total_samples=32 * 600, min_batch=32, max_batch=32, max_gpus=1)
     executor = DaskExecutor(client, {"mlp": ENTRY}, JobSettings(timeout_s=20.0, poll_s=0.05, checkpoint_root=str(tmp_path), checkpoint_every=5), refit=None)
     running = Allocation((("a", Share(1, 32)),))
     executor.apply(0.0, Allocation(), running, {"a": a})

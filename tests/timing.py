@@ -27,16 +27,17 @@ import pytest
 
 
 def _tree_cpu_s() -> float:
-    """CPU seconds of this process, its reaped children and every live descendant."""
-    me = psutil.Process()
-    t = me.cpu_times()
-    total = t.user + t.system + t.children_user + t.children_system
-    for child in me.children(recursive=True):
+    """CPU seconds of this process, every live descendant and the children each of them reaped.
+
+    A live descendant's reaped children count too: a forkserver's forked ranks, a Dask nanny's
+    restarted worker process are gone by the test's end, their CPU only in their parent's."""
+    total = 0.0
+    for proc in [psutil.Process(), *psutil.Process().children(recursive=True)]:
         try:
-            c = child.cpu_times()
+            c = proc.cpu_times()
         except psutil.Error:
             continue  # gone between the listing and the read
-        total += c.user + c.system
+        total += c.user + c.system + c.children_user + c.children_system
     return total
 
 
