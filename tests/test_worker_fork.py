@@ -51,16 +51,24 @@ def _daemonic() -> bool:
     return multiprocessing.current_process().daemon
 
 
+def _profiling(dask_worker) -> bool:
+    # Dask's statistical profiler is a periodic callback on the worker's loop: off for training workers.
+    return dask.config.get("distributed.worker.profile.enabled") or "profile" in dask_worker.periodic_callbacks
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_a_worker_the_nanny_restarted_is_not_daemonic():
     with local_gpu_cluster(1) as cluster, Client(cluster) as client:
         client.wait_for_workers(1, timeout=60)
         [before] = client.run(_daemonic).values()
+        [profiled_before] = client.run(_profiling).values()
         client.restart_workers(list(client.scheduler_info()["workers"]), timeout=120)
         client.wait_for_workers(1, timeout=60)
         [after] = client.run(_daemonic).values()
+        [profiled_after] = client.run(_profiling).values()
     assert (before, after) == (False, False)
+    assert (profiled_before, profiled_after) == (False, False)
 
 
 @pytest.mark.slow
@@ -88,6 +96,7 @@ def test_the_dask_cuda_path_keeps_its_workers_non_daemonic_through_a_restart():
 def test_nanny_processes_of_their_own_get_the_flag_for_good():
     # dask spec / dask worker / Kubernetes: the nanny's own config, read at each restart.
     assert training_worker_config()["distributed"]["worker"]["daemon"] is False
+    assert training_worker_config()["distributed"]["worker"]["profile"]["enabled"] is False
     with dask.config.set(training_worker_config()):
         assert dask.config.get("distributed.worker.daemon") is False
     # The variable Dask reads at import, in the worker pods' environment.
