@@ -30,6 +30,16 @@ def prefect_harness():
         yield
 
 
+@pytest.fixture(scope="session")
+def prefect_api_url(prefect_harness) -> str:
+    """The session's Prefect API, for CLI subprocesses (as their PREFECT_API_URL): a command whose
+    flow would otherwise start an ephemeral API of its own (~10 s of CPU each, more with a fresh
+    database's migrations) connects to this one. Tests of the ephemeral API itself do not use it."""
+    from prefect.settings import PREFECT_API_URL
+
+    return PREFECT_API_URL.value()
+
+
 # -- the README's one command runs the suite in parallel --------------------------------------
 # Most of the suite waits (on subprocesses, Dask clusters, servers, sockets) rather than computes,
 # so a few test processes finish it in well under the serial time even on 2 cores.

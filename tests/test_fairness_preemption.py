@@ -10,6 +10,7 @@ import pytest
 from service.client import ServiceClient
 from service.store import JobStore
 from service.store.records import JobState
+from tests.paced_recipe import ENTRY as PACED, PACE_FILE_ENV
 from tests.service_process import entry, service_env, wait_until  # noqa: F401  (service_env is a fixture)
 
 pytestmark = pytest.mark.slow
@@ -25,14 +26,18 @@ def test_where_shrinking_cannot_return_a_quota_a_borrowers_job_stops_from_a_chec
     start, store_url, env, cwd = service_env
     (cwd / "teams.yaml").write_text("teams:\n  a: {quota: 1, members: [alice]}\n  b: {quota: 1, members: [bob]}\n")
     env.update(MALLEABLE_WORKERS="2", MALLEABLE_INTERVAL_S=str(INTERVAL_S), MALLEABLE_TEAMS="teams.yaml", MALLEABLE_CHECKPOINT_EVERY="1000000")
+    pace = cwd / "pace"  # A's jobs are paced from B's arrival on (tests/paced_recipe.py)
+    env[PACE_FILE_ENV] = str(pace)
     svc = start()
     svc.wait_for_line("serving")
     store = JobStore(store_url)
     alice, bob = ServiceClient(store, submitter="alice"), ServiceClient(store, submitter="bob")
-    mine = [alice.submit(entry(name, 5_000_000, max_gpus=1)).job_id for name in ("a1", "a2")]
+    mine = [alice.submit(entry(name, 5_000_000, max_gpus=1, workload=PACED)).job_id for name in ("a1", "a2")]
     wait_until(lambda: all(store.allocations(j) for j in mine), 120, "both of A's jobs on a worker each", store)
-    # Far more than a restart from zero would redo between the resume and its first report.
-    wait_until(lambda: min(store.job(j).samples_done for j in mine) >= 100_000, 180, "progress before the preemption", store)
+    # Far more than a restart from zero would redo between the resume and its first report: paced
+    # from here on (64 samples a 0.26 s step), that is under 1,000 samples.
+    wait_until(lambda: min(store.job(j).samples_done for j in mine) >= 20_000, 180, "progress before the preemption", store)
+    pace.touch()  # the survivor's ranks sleep while B's job trains; the victim resumes paced
     b = bob.submit(entry("b", 20_000, max_gpus=1)).job_id
     wait_until(lambda: store.allocations(b), 120, "b started", store)
     kinds = {j: [(r.kind, r.gpus) for r in store.allocations(j)] for j in mine}

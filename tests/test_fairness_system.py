@@ -13,6 +13,7 @@ from mlflow.tracking import MlflowClient
 from service.client import ServiceClient
 from service.store import JobStore
 from service.store.records import JobState
+from tests.paced_recipe import ENTRY as PACED, PACE_FILE_ENV
 from tests.service_process import entry, service_env, wait_until  # noqa: F401  (service_env is a fixture)
 
 pytestmark = pytest.mark.slow
@@ -26,13 +27,18 @@ def test_a_team_takes_its_quota_back_by_shrinking_the_borrower_in_place_and_the_
     (cwd / "teams.yaml").write_text(TEAMS)
     # Decisions only every Δ: the bound below is the interval's, not a reaction to the submission.
     env.update(MALLEABLE_WORKERS="4", MALLEABLE_INTERVAL_S=str(INTERVAL_S), MALLEABLE_REACT="false", MALLEABLE_TEAMS="teams.yaml")
+    # A's job is paced throughout (tests/paced_recipe.py): it only has to run, and its ranks then
+    # sleep rather than take the 2 cores from B's; paced, its steps scale with its GPUs as the
+    # profile says, so the policy's growing back does not hinge on what 4 ranks measure on 2 cores.
+    (cwd / "pace").touch()
+    env[PACE_FILE_ENV] = str(cwd / "pace")
     svc = start()
     svc.wait_for_line("serving")
     assert "fair shares among 3 teams" in svc.output()
     store = JobStore(store_url)
     alice, bob = ServiceClient(store, submitter="alice"), ServiceClient(store, submitter="bob")
 
-    a = alice.submit(entry("a", 5_000_000, max_gpus=4)).job_id
+    a = alice.submit(entry("a", 5_000_000, max_gpus=4, workload=PACED)).job_id
     wait_until(lambda: [(r.kind, r.gpus) for r in store.allocations(a)] == [("start", 4)], 120, "a on all 4 workers", store)
     b = bob.submit(entry("b", 30_000, max_gpus=4)).job_id
     submitted = store.job(b).submitted_at

@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -40,15 +41,19 @@ PASSING = {"profiles": {"p": PROFILE}, "jobs": [
     {"id": "short", "workload": "mlp_tiny", "samples": 4096, "arrival_s": 1, **JOB},
 ]}  # fmt: skip
 
+TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+
+
 def _deployment_run(env: dict[str, str], jobs: Path) -> tuple[str, str]:
-    """(final state, flow run id) of one `cluster-run` deployment run, watched to the end."""
-    run = subprocess.run(
-        [str(BIN / "prefect"), "deployment", "run", "cluster/cluster-run",
-         "--param", f"jobs_file={jobs}", "--param", "interval_s=2", "--watch", "--watch-timeout", "900"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=960,
-    )  # fmt: skip
-    flow_run = next(line.split("UUID:")[1].strip() for line in run.stdout.splitlines() if "UUID:" in line)
-    return _api(env, f"/flow_runs/{flow_run}")["state"]["type"], flow_run
+    """(final state, flow run id) of one `cluster-run` deployment run, watched to the end. Made and
+    watched through the server's REST API, as `prefect deployment run --watch` does (that command
+    itself is tests/test_prefect_deploy.py's): no CLI process importing prefect for each run."""
+    deployment = _api(env, "/deployments/name/cluster/cluster-run")["id"]
+    flow_run = _api(env, f"/deployments/{deployment}/create_flow_run", {"parameters": {"jobs_file": str(jobs), "interval_s": 2}})["id"]
+    deadline = time.monotonic() + 900  # a hang bound
+    while (state := _api(env, f"/flow_runs/{flow_run}")["state"]["type"]) not in TERMINAL and time.monotonic() < deadline:
+        time.sleep(1)
+    return state, flow_run
 
 
 def _api(env: dict[str, str], path: str, body: dict | None = None):  # noqa: ANN202 - the server's JSON
@@ -90,16 +95,18 @@ def test_cluster_run_through_a_live_service_fails_on_a_failed_job_and_is_compara
     )  # fmt: skip
     service = worker = None
     try:
-        # Hang checks, generous for a loaded 2-core machine: each start imports torch, prefect, mlflow.
+        # The service needs no Prefect: it starts (its cluster, torch on its workers) while the
+        # server does. Hang checks, generous for a loaded 2-core machine: each start imports torch, prefect, mlflow.
+        service = ServiceProcess(tmp_path, team)
         _wait_healthy(api, server, limit_s=600)
         _prefect(env, "work-pool", "create", "malleable-process", "--type", "process")
         _prefect(env, "deploy", "--name", "cluster-run", timeout=600)
-        service = ServiceProcess(tmp_path, team)
-        service.wait_for_line("serving", timeout=600)
         worker = subprocess.Popen(
             [str(BIN / "prefect"), "worker", "start", "--pool", "malleable-process", "--type", "process", "--limit", "1"],
-            cwd=tmp_path, env=dict(team, MALLEABLE_HOME=str(ROOT)), stdout=open(tmp_path / "worker.log", "w"), stderr=subprocess.STDOUT,
+            # Asks for scheduled runs every 2 s (default 10 s): a run starts soon after it is made.
+            cwd=tmp_path, env=dict(team, MALLEABLE_HOME=str(ROOT), PREFECT_WORKER_QUERY_SECONDS="2"), stdout=open(tmp_path / "worker.log", "w"), stderr=subprocess.STDOUT,
         )  # fmt: skip
+        service.wait_for_line("serving", timeout=600)
 
         failed_state, failed_run = _deployment_run(env, tmp_path / "failing.yaml")
         log = (tmp_path / "worker.log").read_text()
@@ -147,11 +154,14 @@ def test_cluster_run_through_a_live_service_fails_on_a_failed_job_and_is_compara
 
     look = dict(env, MALLEABLE_STATE_DIR=str(state), MALLEABLE_EXPERIMENT="team")
     cli = [sys.executable, "-m", "flows.commands.cli", "compare"]
-    last = subprocess.run([*cli, "--last", "2", "--out", str(tmp_path / "last.png")], cwd=tmp_path, env=look, capture_output=True, text=True, timeout=300)
-    assert last.returncode == 0, last.stdout + last.stderr
-    assert "cluster-failing-service" in last.stdout and "cluster-passing-service" in last.stdout, last.stdout
-    picked = subprocess.run(
-        [*cli, "--submitter", "cluster-flow:passing.yaml", "--out", str(tmp_path / "picked.png")], cwd=tmp_path, env=look, capture_output=True, text=True, timeout=300
+    # The two questions are independent reads: asked side by side.
+    last = subprocess.Popen([*cli, "--last", "2", "--out", str(tmp_path / "last.png")], cwd=tmp_path, env=look, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    picked = subprocess.Popen(
+        [*cli, "--submitter", "cluster-flow:passing.yaml", "--out", str(tmp_path / "picked.png")], cwd=tmp_path, env=look, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    assert picked.returncode == 0, picked.stdout + picked.stderr
-    assert "jobs of cluster-flow:passing.yaml: 2 service job run(s) in experiment 'team' (2 finished)" in picked.stdout, picked.stdout
+    last_out, last_err = last.communicate(timeout=300)
+    picked_out, picked_err = picked.communicate(timeout=300)
+    assert last.returncode == 0, last_out + last_err
+    assert "cluster-failing-service" in last_out and "cluster-passing-service" in last_out, last_out
+    assert picked.returncode == 0, picked_out + picked_err
+    assert "jobs of cluster-flow:passing.yaml: 2 service job run(s) in experiment 'team' (2 finished)" in picked_out, picked_out

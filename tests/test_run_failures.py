@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 BROKEN = failing_forward_recipe("broken", "boom in the user's forward")
 
 
-def test_a_job_failing_in_its_ranks_is_reported_and_the_others_finish(tmp_path):
+def test_a_job_failing_in_its_ranks_is_reported_and_the_others_finish(prefect_api_url, tmp_path):
     (tmp_path / "brokenrecipe.py").write_text(BROKEN)
     profile = {
         "workload": "mlp_tiny", "hardware": "test", "num_params": 6532, "batch_sizes": [8, 16, 32, 64],
@@ -33,7 +33,9 @@ def test_a_job_failing_in_its_ranks_is_reported_and_the_others_finish(tmp_path):
     ]
     (tmp_path / "jobs.yaml").write_text(yaml.safe_dump({"profiles": {"p": profile}, "jobs": jobs}))
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLEABLE_")}
-    env.update(PYTHONPATH=str(REPO), MALLEABLE_WORKERS="2", PREFECT_HOME=str(tmp_path / "prefect"))
+    # The flow run is recorded in the session's Prefect API, not an ephemeral one of its own (~10 s
+    # of CPU); the Ctrl-C test below keeps the ephemeral API, whose server the signal must also end.
+    env.update(PYTHONPATH=str(REPO), MALLEABLE_WORKERS="2", PREFECT_HOME=str(tmp_path / "prefect"), PREFECT_API_URL=prefect_api_url)
     proc = subprocess.run([sys.executable, "-m", "flows.commands.cli", "run", "jobs.yaml"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert proc.returncode == 1, proc.stdout + proc.stderr

@@ -13,6 +13,7 @@ import pytest
 from service.client import ServiceClient
 from service.store import JobStore
 from service.store.records import JobState
+from tests.paced_recipe import ENTRY as PACED, PACE_FILE_ENV
 from tests.service_process import entry, service_env, wait_until  # noqa: F401 - service_env is a fixture
 
 pytestmark = pytest.mark.slow
@@ -24,14 +25,19 @@ def test_a_killed_service_and_a_stopped_one_lose_no_job_and_run_none_twice(servi
     store = JobStore(store_url)
     client = ServiceClient(store)
     # Submitted before any service runs: the store keeps them.
-    # Long enough to outlast the crash, the orphaned ranks' training until the next service adopts
-    # them, and that service's resume (~100 s of training on an idle box, a third of it used there),
-    # not longer: the third service trains the rest while the test waits.
-    long_job = client.submit(entry("long", 600_000)).job_id
+    # Paced from the crash until the second service has stopped (tests/paced_recipe.py): it outlasts
+    # the crash, the orphaned ranks' training until the next service adopts them and that service's
+    # resume whatever the box's speed (its last 80k samples last >= 160 s paced), and the third
+    # service trains the rest at full speed while the test waits.
+    pace = cwd / "pace"
+    env[PACE_FILE_ENV] = str(pace)
+    long_job = client.submit(entry("long", 100_000, workload=PACED)).job_id
     waits = client.submit(entry("waits", 20_000, min_gpus=2, max_gpus=2, min_batch=64)).job_id
 
     svc = start()
-    wait_until(lambda: store.job(long_job).samples_done >= 100_000, 120, "progress before the crash", store)
+    # Far more than a restart from zero would redo before its first report (checkpoints: every 50 steps).
+    wait_until(lambda: store.job(long_job).samples_done >= 20_000, 120, "progress before the crash", store)
+    pace.touch()
     assert store.job(waits).state is JobState.QUEUED  # needs both GPUs while "long" holds one or two
     svc.proc.kill()  # kill -9 of the service alone: its cluster is orphaned, its ranks keep training
     svc.proc.wait(timeout=30)
@@ -53,6 +59,7 @@ def test_a_killed_service_and_a_stopped_one_lose_no_job_and_run_none_twice(servi
     assert store.job(long_job).state is JobState.SUSPENDED and store.job(waits).state is JobState.QUEUED
     suspended_at = store.job(long_job).samples_done
 
+    pace.unlink()
     svc3 = start()
     # A hang bound, not a speed check: what is left of the long job runs at whatever pace the box
     # allows (240 s was missed on a CI box by a few seconds; the whole test took 283 s on a quiet one).

@@ -12,13 +12,17 @@ import yaml
 from service.client import ServiceClient
 from service.store import JobStore
 from service.store.records import JobState
+from tests.paced_recipe import ENTRY as PACED, PACE_FILE_ENV
 from tests.service_process import PROFILE, REPO, entry, service_env, wait_until  # noqa: F401 - service_env is a fixture
 
 pytestmark = pytest.mark.slow
 
 
-def test_jobs_from_independent_submitters_share_the_cluster_shrink_in_place_fail_and_cancel(service_env):
+def test_jobs_from_independent_submitters_share_the_cluster_shrink_in_place_fail_and_cancel(prefect_api_url, service_env):
     start, store_url, env, cwd = service_env
+    pace = cwd / "pace"  # the paced jobs below are slow while it exists (tests/paced_recipe.py)
+    pace.touch()
+    env[PACE_FILE_ENV] = str(pace)
     svc = start()
     svc.wait_for_line("serving")
     store = JobStore(store_url)
@@ -34,13 +38,14 @@ def test_jobs_from_independent_submitters_share_the_cluster_shrink_in_place_fail
     assert second.returncode == 1
     assert "another malleable service" in second.stderr and "Traceback" not in second.stderr + second.stdout
 
-    # Long enough to be running when bob's job arrives one interval later, even on a loaded box
-    # (~60 s of training on an idle one), not longer: the test waits for it to finish.
-    first = alice.submit(entry("first", 400_000)).job_id
+    # Paced: still running when bob's job has started and been cancelled, whatever the box's speed
+    # (paced, its samples last >= 100 s, each of the three waits below is bounded by 60 s); the
+    # rest trains at full speed once the pace file is gone (seconds: the test waits for it).
+    first = alice.submit(entry("first", 50_000, workload=PACED)).job_id
     wait_until(lambda: [(a.kind, a.gpus) for a in store.allocations(first)] == [("start", 2)], 60, "first on 2 GPUs", store)
 
     # Bob's job arrives: the first job shrinks in place to make room.
-    other = bob.submit(entry("other", 1_000_000)).job_id
+    other = bob.submit(entry("other", 1_000_000, workload=PACED)).job_id
     wait_until(lambda: store.allocations(other), 60, "other started", store)
     kinds = [(a.kind, a.gpus) for a in store.allocations(first)]
     assert kinds[:2] == [("start", 2), ("in_place", 1)], kinds
@@ -49,6 +54,7 @@ def test_jobs_from_independent_submitters_share_the_cluster_shrink_in_place_fail
     # Cancel the running one: it stops, its GPU is freed, the first job may grow back.
     bob.cancel(other)
     wait_until(lambda: store.job(other).state is JobState.CANCELLED, 60, "other cancelled", store)
+    pace.unlink()
     done = alice.wait([first], timeout_s=180)
     assert [r.state for r in done] == [JobState.FINISHED]
     assert done[0].samples_done == done[0].total_samples
@@ -68,11 +74,13 @@ def test_jobs_from_independent_submitters_share_the_cluster_shrink_in_place_fail
     # The service's tracking thread ends the run after the store says FINISHED (its files first).
     wait_until(lambda: mlflow.get_run(run_id).info.status == "FINISHED", 60, "MLflow run FINISHED", store)
 
+    # The clients below run flows: they record them in the session's Prefect API (no ephemeral API each).
+    clients = {**env, "MALLEABLE_JOB_STORE": store_url, "PREFECT_API_URL": prefect_api_url}
     # `malleable run` with the store configured is a client of the running service, not a second scheduler.
     jobs_file = cwd / "tiny.yaml"
-    jobs_file.write_text(yaml.safe_dump({"profiles": {"p": PROFILE}, "jobs": [{k: v for k, v in entry("tiny", 20_000).items() if k != "profile"} | {"profile": "p"}]}))
+    jobs_file.write_text(yaml.safe_dump({"profiles": {"p": PROFILE}, "jobs": [{k: v for k, v in entry("tiny", 4_096).items() if k != "profile"} | {"profile": "p"}]}))
     run = subprocess.run(
-        [sys.executable, "-m", "flows.commands.cli", "run", str(jobs_file)], cwd=cwd, env={**env, "MALLEABLE_JOB_STORE": store_url}, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "flows.commands.cli", "run", str(jobs_file)], cwd=cwd, env=clients, capture_output=True, text=True, timeout=300
     )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "scheduled by the running service" in run.stdout
@@ -82,7 +90,7 @@ def test_jobs_from_independent_submitters_share_the_cluster_shrink_in_place_fail
     # So is `malleable retrain`: its job runs on the service's cluster; the model comes from its checkpoint.
     retrain = subprocess.run(
         [sys.executable, "-m", "flows.commands.cli", "retrain", "elastic_tasks.examples:mlp_tiny", "--epochs", "2"],
-        cwd=cwd, env={**env, "MALLEABLE_JOB_STORE": store_url}, capture_output=True, text=True, timeout=300,
+        cwd=cwd, env=clients, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert retrain.returncode == 0, retrain.stdout + retrain.stderr
     retrained = [r for r in store.jobs() if r.submitter == "retrain:elastic_tasks.examples:mlp_tiny"]
@@ -97,7 +105,7 @@ def test_jobs_from_independent_submitters_share_the_cluster_shrink_in_place_fail
     hpo_file.write_text(yaml.safe_dump(yaml.safe_load((REPO / "examples" / "hpo_tiny.yaml").read_text()) | {"deadline_s": 30}))
     hpo = subprocess.run(
         [sys.executable, "-m", "flows.commands.cli", "hpo", "run", str(hpo_file), "--workers", "2"],
-        cwd=cwd, env={**env, "MALLEABLE_JOB_STORE": store_url}, capture_output=True, text=True, timeout=300,
+        cwd=cwd, env=clients, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert hpo.returncode == 0, hpo.stdout + hpo.stderr
     trials = [r for r in store.jobs() if r.submitter == "hpo:mlp-tiny-sha4"]

@@ -14,6 +14,9 @@ from pathlib import Path
 
 CONFTEST = Path(__file__).with_name("conftest.py")
 ROOT = CONFTEST.parents[1]
+# The probes need no Hypothesis: its plugin's import is two thirds of each pytest process's start-up
+# CPU (~1 s of ~1.5 s), and this file starts 14 of them (workers included: they inherit the option).
+NO_HYPOTHESIS = ("-p", "no:hypothesispytest")
 
 PROBE = '''
 import json
@@ -31,7 +34,7 @@ def _pytest(project: Path, *args: str, workers: str | None) -> tuple[subprocess.
     env["SEEN"] = str(seen)
     if workers is not None:
         env["MALLEABLE_TEST_WORKERS"] = workers
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=project, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-m", "pytest", *NO_HYPOTHESIS, "-p", "no:cacheprovider", *args], cwd=project, env=env, capture_output=True, text=True, timeout=300)
     return done, {p.name.split("-", 1)[1] for p in seen.iterdir()}
 
 
@@ -81,7 +84,7 @@ def test_parallel_order_is_longest_file_first_by_the_last_run_and_slow_files_bef
         seen.mkdir()
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "MALLEABLE_TEST_"))}
         done = subprocess.run(
-            [sys.executable, "-m", "pytest", *args], cwd=project, env={**env, "SEEN": str(seen), "MALLEABLE_TEST_WORKERS": "1"}, capture_output=True, text=True, timeout=300
+            [sys.executable, "-m", "pytest", *NO_HYPOTHESIS, *args], cwd=project, env={**env, "SEEN": str(seen), "MALLEABLE_TEST_WORKERS": "1"}, capture_output=True, text=True, timeout=300
         )
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
         return [line for line in (seen / "order").read_text().splitlines()]
