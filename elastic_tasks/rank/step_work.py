@@ -88,7 +88,8 @@ class StepWork:
             self.noise.finish_step(ddp.module, batch, self.world, loss_scale=getattr(scaler, "_scale", None) if scaler is not None else None)
         with lrs.scaled_lrs(optimizer, lr_factor) as applied:
             steps.optimizer_step(optimizer, self.state.model, scaler, recipe.clip_grad_norm)
-        lrs.after_step(self.state.scheduler)
+        if self.state.scheduler is not None:
+            lrs.after_step(self.state.scheduler)
         self.state.meta = meta.stepped(batch)
         throughput = count / max(self.local_clock.seconds(), 1e-9)
         clock = self.evaluation.schedule.clock() if self.rank == 0 else 0.0

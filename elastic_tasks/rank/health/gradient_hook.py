@@ -32,11 +32,19 @@ def install(ddp: DistributedDataParallel, waits: DataPlaneWaits, witness: HookWi
 
     Once the hang watch aborted the group in effect (``witness.aborted``), the hook fails at once
     instead of calling into the aborted group, which DDP still holds.
+
+    A group of one keeps DDP's own C++ hook: its fused copy divides by a world size of 1, so
+    the sum is the same, and there is no peer that could leave the allreduce hanging or fail
+    it. A Python hook would cost that rank, every step, a call into Python under the GIL on
+    the reducer's thread and a ``then`` callback on gloo's (a Python thread state made and
+    freed per bucket): ~50 µs of CPU a step on mlp_tiny, most of the elastic step's remaining
+    overhead over plain DDP at world size 1 (issue 34). An abort there still ends the step's
+    data-plane region in ``CollectiveFailure`` (``hang_watch._DataPlane``), whatever the
+    aborted group's allreduce did.
     """
     group = ddp.process_group
-    # A group of one has no peer that could leave the allreduce hanging: its future is read as
-    # torch's own allreduce hook reads it, without a proxy the hang watch could fail.
-    alone = group.size() == 1
+    if group.size() == 1:
+        return
 
     def first(fut: torch.futures.Future) -> torch.Tensor:
         try:
@@ -58,7 +66,7 @@ def install(ddp: DistributedDataParallel, waits: DataPlaneWaits, witness: HookWi
         except Exception as exc:
             witness.saw(exc)
             raise
-        if alone or tensor.device.type == "cuda":
+        if tensor.device.type == "cuda":
             return fut.then(first)
         return waits.guard(fut, first=True, on_error=witness.saw)
 

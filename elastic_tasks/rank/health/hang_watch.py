@@ -210,7 +210,8 @@ class HangWatch:
 
 
 class _DataPlane:
-    """``HangWatch.data_plane``'s region: a class, not a generator (every step enters one)."""
+    """``HangWatch.data_plane``'s region: a class, not a generator (every step enters one); not
+    re-entrant, but reusable: the trainer enters one object for every step of a generation."""
 
     __slots__ = ("_watch", "_version", "_what", "_t0")
 
@@ -223,6 +224,8 @@ class _DataPlane:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> bool:
         """Ends the region; a region that fails (its own error, or an abort found here) leaves how
         long it blocked in ``failed_region_s``."""
+        if exc is None and not self._watch._leave(self._version):
+            return False  # the usual step: nothing raised, nothing aborted
         try:
             self._exit(exc)
         except BaseException:
@@ -235,8 +238,7 @@ class _DataPlane:
     def _exit(self, exc: BaseException | None) -> None:
         watch, version = self._watch, self._version
         if exc is None:
-            watch._leave(version)
-            if watch.aborted(version):
+            if watch._leave(version):  # aborted meanwhile
                 raise CollectiveFailure(f"{self._what}: communicator aborted: {watch.reason}")
             return
         if isinstance(exc, CollectiveFailure):
