@@ -126,6 +126,7 @@ class HangWatch:
         self._aborted_versions: set[int] = set()  # generations whose group this watch aborted
         self._abort = abort
         self._aborted = threading.Event()
+        self._fired = False  # mirrors ``_aborted``, both changed under ``_lock``
         self._lock = threading.Lock()  # the region and the abort: a group is never aborted after it was dropped
         self._region: tuple[int, float, str] | None = None
         self._stop = threading.Event()
@@ -164,8 +165,9 @@ class HangWatch:
         """Start the region; when (monotonic)."""
         t0 = time.monotonic()
         with self._lock:
-            if self._aborted.is_set():  # set only under this lock (``_fire``): no race; Event.clear takes a second lock
+            if self._fired:  # ``_aborted`` is set, only under this lock (``_fire``): no race; Event.clear takes a second lock
                 self._aborted.clear()
+                self._fired = False
             self.reason = ""
             self._region = (version, t0, what)
         self.waits.enter(version)
@@ -205,6 +207,7 @@ class HangWatch:
             self.aborts.append((region[0], reason, time.monotonic() - region[1]))
             self._aborted_versions.add(region[0])
             self._aborted.set()
+            self._fired = True  # ``_aborted.is_set()`` without a Python call, for ``_enter`` (every step)
             self.waits.abandon(region[0], reason)
             self._abort()
 

@@ -47,5 +47,5 @@ class Deferred:
             self._event.synchronize()
         host = self._host
         if isinstance(host, tuple):  # ``on_host``
-            return [float(v) for v in host]
+            return list(map(float, host))
         return (host if host.dim() == 1 else host.reshape(-1)).tolist()
