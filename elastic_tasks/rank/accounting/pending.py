@@ -49,9 +49,9 @@ class StepSums:
         """[weighted loss sum, hits] on their way to the host (one stack, one copy); on the CPU
         they are host values already, read as they are a step later."""
         assert self.loss is not None
-        hits = self.hits
         if self.loss.device.type == "cpu":
-            return Deferred.on_host(self.loss, hits) if isinstance(self.hits, torch.Tensor) else torch.tensor(self.hits, device=self.loss.device)
+            return Deferred.on_host(self.loss, self.hits)
+        hits = self.hits if isinstance(self.hits, torch.Tensor) else torch.tensor(self.hits, device=self.loss.device)
         values = torch.stack([self.loss, hits])  # promotes an integer count: one kernel
         return Deferred(values if values.dtype is torch.float32 else values.float())
 
