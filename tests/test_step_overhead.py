@@ -65,6 +65,15 @@ def test_a_completed_step_keeps_every_field_and_scales_its_loss_by_the_global_ba
     assert {f.name: getattr(done, f.name) for f in dataclasses.fields(StepOutcome)} == expected
 
 
+def test_a_step_without_hits_completes_with_none_correct() -> None:
+    # A ``step_fn`` recipe has no hits (``recipe.loss`` gives None): the step's count stays 0.
+    outcome = StepOutcome(3, 0.0, 0.0, 4, 100.0, 8, 0.1, 1.0, 2.0)
+    sums = StepSums()
+    sums.add(torch.tensor(0.5, requires_grad=True) * 1.0, None)
+    done = PendingOutcome(outcome, sums.deferred()).complete()
+    assert (done.loss_sum, done.correct) == (0.5 * 8, 0.0)
+
+
 def test_deferred_values_of_any_shape_come_back_flat() -> None:
     assert Deferred(torch.tensor([[1.0, 2.0], [3.0, 4.0]])).values() == [1.0, 2.0, 3.0, 4.0]
     assert Deferred(torch.tensor([0.5, 1.5], requires_grad=True) * 2).values() == [1.0, 3.0]

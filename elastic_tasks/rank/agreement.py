@@ -79,20 +79,22 @@ class Agreement:
         """
         t_agree = time.perf_counter()
         w = self.world
-        values = [0.0] * (4 + 2 * w)  # filled on the host, one tensor made of it: a few µs less than per-slot writes
-        values[0], values[1], values[2] = outcome.loss_sum, outcome.correct, outcome.count
-        values[3 + self.rank] = outcome.throughput
-        values[3 + w + self.rank] = seen_version
-        values[3 + 2 * w] = outcome.eval_clock
-        if w == 1:
-            inflight = _InFlight(None, values, outcome)
+        if w == 1:  # the same slots, as one list: its own values are the sum
+            inflight = _InFlight(None, [outcome.loss_sum, outcome.correct, outcome.count, outcome.throughput, seen_version, outcome.eval_clock], outcome)
         else:
+            values = [0.0] * (4 + 2 * w)  # filled on the host, one tensor made of it: a few µs less than per-slot writes
+            values[0], values[1], values[2] = outcome.loss_sum, outcome.correct, outcome.count
+            values[3 + self.rank] = outcome.throughput
+            values[3 + w + self.rank] = seen_version
+            values[3 + 2 * w] = outcome.eval_clock
             stats = torch.tensor(values, dtype=torch.float64)
             with collective(f"agreement of step {outcome.step}"):
                 inflight = _InFlight(dist.all_reduce(stats, async_op=True), stats, outcome)
         previous, self._inflight = self._inflight, inflight
         if previous is None:
             return None
+        if previous.work is None:  # nothing to wait for
+            return self._record(previous, outcome, t_agree, noise_scale)
         return self._read(previous, next_step=outcome, t_agree=t_agree, noise_scale=noise_scale)
 
     def settle(self, noise_scale: float | None) -> Agreed | None:

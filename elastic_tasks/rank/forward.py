@@ -28,4 +28,4 @@ class RecipeStep(nn.Module):
 
     def forward(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The batch's mean loss and, for ``(x, y)`` classifiers, its correct count."""
-        return self.recipe.loss(self.model, batch)
+        return self.recipe.loss(self._modules["model"], batch)  # ``self.model`` is nn.Module.__getattr__: a Python call per step

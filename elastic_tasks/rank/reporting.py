@@ -52,7 +52,9 @@ class RankReporter:
             if rank == 0:
                 self.board.post(RankEvent(EventKind.STRAGGLER, uid, plan.version, record.step))
         if rank == 0:
-            self.courier.status = JobStatus(
-                plan.version, meta.step, meta.samples_seen, world, meta.global_batch, record.loss, time.time(), record.noise_scale,
-                lr=record.lr, recent_evals=tuple(self.records.evals[-RECENT_EVALS:]), accum_steps=accum, writer=self.uid,
-            )
+            evals, n_evals, now, uid = self.records.evals, len(self.records.evals), time.time(), self.uid
+            # Built only if the courier pushes it (``Courier.offer``): from values fixed now.
+            self.courier.offer(lambda: JobStatus(
+                plan.version, meta.step, meta.samples_seen, world, meta.global_batch, record.loss, now, record.noise_scale,
+                lr=record.lr, recent_evals=tuple(evals[max(0, n_evals - RECENT_EVALS) : n_evals]), accum_steps=accum, writer=uid,
+            ))

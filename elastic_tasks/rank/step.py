@@ -21,14 +21,14 @@ def make_scaler(precision: str, device: torch.device) -> torch.amp.GradScaler | 
     return torch.amp.GradScaler(device.type) if precision == "fp16" else None
 
 
-_FULL_PRECISION = contextlib.nullcontext()  # reusable and re-entrant: nothing made per micro-batch
+FULL_PRECISION = contextlib.nullcontext()  # reusable and re-entrant: nothing made per micro-batch (the step enters none: ``is``)
 
 
 def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager[None]:
     """The context a micro-batch's forward runs in: autocast for bf16/fp16, else one that does nothing."""
     dtype = _AUTOCAST_DTYPES.get(precision)
     if dtype is None:
-        return _FULL_PRECISION
+        return FULL_PRECISION
     return torch.autocast(device.type, dtype=dtype)
 
 

@@ -8,11 +8,11 @@ device, read at the end of the next step (``rank/accounting/pending.py``, issue 
 
 from __future__ import annotations
 
-import contextlib
 import time
 from typing import TYPE_CHECKING
 
 import torch
+from torch.nn.parallel import DistributedDataParallel
 
 from elastic_tasks.rank import lr as lrs
 from elastic_tasks.rank import step as steps
@@ -41,6 +41,28 @@ class StepWork:
             share = self._share = (key, (lo, hi), micro_batches(hi - lo, self.accum))
         return share[1], share[2]
 
+    def _micro(self: _Rank, ddp: DistributedDataParallel, micro: object, n: int, batch: int, autocast: object, what: str, last: bool) -> tuple[torch.Tensor, object]:
+        """One micro-batch of ``n`` samples through DDP, forward (under ``autocast`` unless None) and
+        backward: its weighted loss and its hits."""
+        with self.witness.step_collectives(what):
+            if autocast is None:
+                loss, hits = ddp(micro)
+            else:
+                with autocast:  # type: ignore[attr-defined]
+                    loss, hits = ddp(micro)
+            if last:
+                # Local work ends where the gradient allreduce (waiting for peers) begins.
+                self.local_clock.stop()
+            # The hook sums over ranks (no extra pass to average): each loss weighs its share.
+            weight = loss_weight(n, batch)
+            weighted = loss if loss.dtype is torch.float32 else loss.float()
+            if weight != 1.0:
+                weighted = weighted * weight
+            steps.backward(weighted, self.state.scaler)
+            if self.config.noise_probe:
+                self.noise.after_micro(ddp.module, n, 1.0 / batch, self.world)
+        return weighted, hits
+
     def _step(self: _Rank) -> PendingOutcome:
         t0, cpu0 = time.perf_counter(), time.process_time()
         meta = self.state.meta
@@ -63,32 +85,27 @@ class StepWork:
         if self.spec.delay_s:
             time.sleep(self.spec.delay_s)
         autocast = steps.autocast(recipe.precision, self.device)
-        last_i = len(chunks) - 1
-        for i, (a, b) in enumerate(chunks):
-            micro = next(batches) if on_host else to_device(next(batches), self.device)  # on the host it is there
-            last = i == last_i
-            with _NO_CONTEXT if last else ddp.no_sync(), self.witness.step_collectives(f"step {meta.step}"):
-                with autocast:
-                    loss, hits = ddp(micro)
-                n = b - a
-                if last:
-                    # Local work ends where the gradient allreduce (waiting for peers) begins.
-                    self.local_clock.stop()
-                # The hook sums over ranks (no extra pass to average): each loss weighs its share.
-                weight = loss_weight(n, batch)
-                weighted = loss if loss.dtype is torch.float32 else loss.float()
-                if weight != 1.0:
-                    weighted = weighted * weight
-                steps.backward(weighted, scaler)
-                if probe:
-                    self.noise.after_micro(ddp.module, n, 1.0 / batch, self.world)
-            sums.add(weighted, hits)
+        forward_in = None if autocast is steps.FULL_PRECISION else autocast  # no context entered per micro-batch for nothing
+        what = f"step {meta.step}"
+        *early, (a, b) = chunks
+        if early:  # accumulation: all micro-batches but the last without the gradient allreduce
+            with ddp.no_sync():
+                for a0, b0 in early:
+                    micro = next(batches) if on_host else to_device(next(batches), self.device)  # on the host it is there
+                    sums.add(*self._micro(ddp, micro, b0 - a0, batch, forward_in, what, last=False))
+        micro = next(batches) if on_host else to_device(next(batches), self.device)
+        sums.add(*self._micro(ddp, micro, b - a, batch, forward_in, what, last=True))
         if probe:
             # GradScaler's scale as a tensor: the probe divides it out on the device, without reading it.
             self.noise.finish_step(ddp.module, batch, self.world, loss_scale=getattr(scaler, "_scale", None) if scaler is not None else None)
-        with lrs.scaled_lrs(optimizer, lr_factor) as applied:
+        if lr_factor == 1.0:  # the groups' own LRs: nothing to apply or put back (``scaled_lrs`` would do nothing)
+            applied = lrs.group_lrs(optimizer)
             steps.optimizer_step(optimizer, self.state.model, scaler, recipe.clip_grad_norm)
-        lrs.after_step(self.state.scheduler)
+        else:
+            with lrs.scaled_lrs(optimizer, lr_factor) as applied:
+                steps.optimizer_step(optimizer, self.state.model, scaler, recipe.clip_grad_norm)
+        if self.state.scheduler is not None:
+            lrs.after_step(self.state.scheduler)
         self.state.meta = meta.stepped(batch)
         throughput = count / max(self.local_clock.seconds(), 1e-9)
         clock = self.evaluation.schedule.clock() if self.rank == 0 else 0.0
@@ -96,4 +113,3 @@ class StepWork:
         return PendingOutcome(outcome, sums.deferred())
 
 
-_NO_CONTEXT = contextlib.nullcontext()  # reusable: the last micro-batch's "no no_sync"

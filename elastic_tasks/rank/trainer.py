@@ -141,6 +141,7 @@ class _Rank(StepWork):
         # Frees a data-plane collective that a lost peer left hanging (nccl); rank/health/hang_watch.py.
         # The same abort on gloo (which cannot free a collective in flight): the group goes away either way.
         self.watch = HangWatch(board.aborted_generation, self.config.data_timeout_s, simulate_hang=simulate_hang_requested())
+        self._step_region = self.watch.data_plane(-1, "a training step")  # a step's region, remade as each plan takes effect (``_adopt``)
         self.wall.record(Phase.START, t_created, time.time())
 
     @property
@@ -203,7 +204,7 @@ class _Rank(StepWork):
         # as they launched may still be starting (coordinator/timeouts.rendezvous_wait_s).
         opens_within = rendezvous_wait_s(self.config, patient=self.plan is None)
         arrive_within = rendezvous_wait_s(self.config, patient=plan.kind == PlanKind.START or plan.source == FROM_CHECKPOINT)
-        self.switch.adopt(plan)
+        self._adopt(plan)
         self.rank, self.world = plan.members.index(self.spec.uid), len(plan.members)
         self.courier.watching = watches(self.rank)  # the others learn new versions from the agreement
         self.agreement = Agreement(self.rank, self.world, self.watch.waits)
@@ -226,6 +227,11 @@ class _Rank(StepWork):
             self.ddp = DistributedDataParallel(RecipeStep(self.state.model, self.recipe), init_sync=False, forward_sync_buffers=False)
         gradient_hook.install(self.ddp, self.watch.waits, self.witness)
         self.report.switched(plan, self.state.meta, self.rank, self.world, time.time() - t_stop, plan.source)
+
+    def _adopt(self, plan: Plan) -> None:
+        """``plan`` is in effect: its version is the one the steps' data-plane region watches."""
+        self.switch.adopt(plan)
+        self._step_region = self.watch.data_plane(plan.version, "a training step")  # reused by every step until the next plan
 
     def _apply_batch(self, plan: Plan) -> None:
         meta = self.state.meta
@@ -317,24 +323,30 @@ class _Rank(StepWork):
         Each step's agreement runs while the next step computes (``elastic_tasks.rank.agreement``),
         so the loop drains the one in flight before it switches generation or finishes.
         """
+        while True:
+            # One STEPS phase for the run of steps, not one per step (phases nest: a checkpoint or
+            # an evaluation inside it takes its own share).
+            with self.wall.phase(Phase.STEPS):
+                plan = self._steps_until_plan()
+            if plan is not None and plan.kind == PlanKind.BATCH and self.plan is not None and plan.members == self.plan.members:
+                with self.wall.phase(Phase.REGROUP):
+                    self._switch_batch(plan)  # same group: no regroup (coordinator.batch_change)
+                continue
+            return plan
+
+    def _steps_until_plan(self) -> Plan | None:
+        """Steps until a plan is due (returned) or the job is done (None), the last agreement settled."""
         while not self._done():
             plan = self._one_step()
             if plan is not None:
-                with self.wall.phase(Phase.STEPS):
-                    self._settle()
-                if plan.kind == PlanKind.BATCH and self.plan is not None and plan.members == self.plan.members:
-                    with self.wall.phase(Phase.REGROUP):
-                        self._switch_batch(plan)  # same group: no regroup (coordinator.batch_change)
-                    continue
+                self._settle()
                 return plan
-        with self.wall.phase(Phase.STEPS):
-            self._settle()  # the job is done: a plan that arrives with the last agreement is moot
+        self._settle()  # the job is done: a plan that arrives with the last agreement is moot
         return None
 
     def _one_step(self) -> Plan | None:
         """One steady step as the loop runs it (benchmarks/step_work_bench.py drives this alone)."""
-        plan = self.switch.current
-        with self.wall.phase(Phase.STEPS), self.watch.data_plane(plan.version if plan else -1, "a training step"):
+        with self._step_region:  # the hang watch's data-plane region: an abort meanwhile fails the step
             done, self.pending = self.pending, self._step()  # read the step before, now this one is queued
             plan = self._agree(None if done is None else done.complete())
         cfg = self.config
@@ -346,7 +358,7 @@ class _Rank(StepWork):
     def _switch_batch(self, plan: Plan) -> None:
         """A batch-only plan: keep the process group and DDP; the next step runs the new batch."""
         t_stop = time.time()
-        self.switch.adopt(plan)
+        self._adopt(plan)
         self._apply_batch(plan)
         self.batches = None  # what it prefetched at the old batch is read again from the switch step
         self._open_loader()
@@ -355,17 +367,19 @@ class _Rank(StepWork):
     def _agree(self, outcome: StepOutcome | None) -> Plan | None:
         """Issue the previous step's agreement (its values complete by now) and act on the one before it."""
         assert self.agreement is not None
-        agreed = None if outcome is None else self.agreement.issue(outcome, self.courier.seen_version, self._noise_value())
-        if agreed is not None:
-            self._record(agreed)
+        plan = self.switch.current
+        assert plan is not None
+        agreed = None
+        if outcome is not None:  # (``_noise_value`` and ``_record`` inlined: every step)
+            agreed = self.agreement.issue(outcome, self.courier.seen_version, self.noise.value if self.config.noise_probe else None)
+            if agreed is not None:
+                self.report.stepped(agreed, plan, self.state.meta, self.rank, self.world, self.accum)
         done = self._done()
         if self.evaluation.due(self.state, agreed, done):  # asked outside the phase: it is not, nearly every step
             with self.wall.phase(Phase.EVALUATION):
                 result = self.evaluation.if_due(self.state, self.rank, self.world, agreed, done)
             if result is not None:
                 self.records.evals.append(result)
-        plan = self.switch.current
-        assert plan is not None
         return self.switch.due(plan.version if agreed is None else agreed.newest_version, self.state.meta.step)
 
     def _noise_value(self) -> float | None:

@@ -46,8 +46,11 @@ class StepSums:
             self.hits = hits if isinstance(self.hits, float) and self.hits == 0.0 else self.hits + hits
 
     def deferred(self) -> Deferred:
-        """[weighted loss sum, hits] on their way to the host (one stack, one copy)."""
+        """[weighted loss sum, hits] on their way to the host (one stack, one copy); on the CPU
+        they are host values already, read as they are a step later."""
         assert self.loss is not None
+        if self.loss.device.type == "cpu":
+            return Deferred.on_host(self.loss, self.hits)
         hits = self.hits if isinstance(self.hits, torch.Tensor) else torch.tensor(self.hits, device=self.loss.device)
         values = torch.stack([self.loss, hits])  # promotes an integer count: one kernel
         return Deferred(values if values.dtype is torch.float32 else values.float())

@@ -72,6 +72,7 @@ class HookWitness:
     def __init__(self, aborted: Callable[[], bool] = lambda: False) -> None:
         self.error: BaseException | None = None
         self.aborted = aborted
+        self._step = _StepCollectives(self, "")  # one block, re-aimed for each micro-batch (not re-entered while open)
 
     def saw(self, exc: BaseException) -> None:
         """The gradient allreduce failed with ``exc`` (a hook that reports its own failures calls this)."""
@@ -102,7 +103,9 @@ class HookWitness:
     def step_collectives(self, what: str) -> _StepCollectives:
         """Around one step's forward and backward through DDP (the recipe's code runs inside too)."""
         self.error = None
-        return _StepCollectives(self, what)
+        block = self._step
+        block._what = what
+        return block
 
 
 class _StepCollectives:

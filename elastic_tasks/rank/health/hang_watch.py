@@ -126,6 +126,7 @@ class HangWatch:
         self._aborted_versions: set[int] = set()  # generations whose group this watch aborted
         self._abort = abort
         self._aborted = threading.Event()
+        self._fired = False  # mirrors ``_aborted``, both changed under ``_lock``
         self._lock = threading.Lock()  # the region and the abort: a group is never aborted after it was dropped
         self._region: tuple[int, float, str] | None = None
         self._stop = threading.Event()
@@ -164,8 +165,9 @@ class HangWatch:
         """Start the region; when (monotonic)."""
         t0 = time.monotonic()
         with self._lock:
-            if self._aborted.is_set():  # set only under this lock (``_fire``): no race; Event.clear takes a second lock
+            if self._fired:  # ``_aborted`` is set, only under this lock (``_fire``): no race; Event.clear takes a second lock
                 self._aborted.clear()
+                self._fired = False
             self.reason = ""
             self._region = (version, t0, what)
         self.waits.enter(version)
@@ -205,12 +207,14 @@ class HangWatch:
             self.aborts.append((region[0], reason, time.monotonic() - region[1]))
             self._aborted_versions.add(region[0])
             self._aborted.set()
+            self._fired = True  # ``_aborted.is_set()`` without a Python call, for ``_enter`` (every step)
             self.waits.abandon(region[0], reason)
             self._abort()
 
 
 class _DataPlane:
-    """``HangWatch.data_plane``'s region: a class, not a generator (every step enters one)."""
+    """``HangWatch.data_plane``'s region: a class, not a generator (every step enters one); not
+    re-entrant, but reusable: the trainer enters one object for every step of a generation."""
 
     __slots__ = ("_watch", "_version", "_what", "_t0")
 
@@ -223,6 +227,8 @@ class _DataPlane:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> bool:
         """Ends the region; a region that fails (its own error, or an abort found here) leaves how
         long it blocked in ``failed_region_s``."""
+        if exc is None and not self._watch._leave(self._version):
+            return False  # the usual step: nothing raised, nothing aborted
         try:
             self._exit(exc)
         except BaseException:
@@ -235,8 +241,7 @@ class _DataPlane:
     def _exit(self, exc: BaseException | None) -> None:
         watch, version = self._watch, self._version
         if exc is None:
-            watch._leave(version)
-            if watch.aborted(version):
+            if watch._leave(version):  # aborted meanwhile
                 raise CollectiveFailure(f"{self._what}: communicator aborted: {watch.reason}")
             return
         if isinstance(exc, CollectiveFailure):

@@ -17,6 +17,8 @@ import torch
 class Deferred:
     """A handful of device scalars (one tensor) on their way to the host."""
 
+    _host: torch.Tensor | tuple[torch.Tensor | float, ...]  # a tuple: ``on_host``'s scalars
+
     def __init__(self, values: torch.Tensor) -> None:
         if values.requires_grad:
             values = values.detach()
@@ -28,6 +30,14 @@ class Deferred:
         else:
             self._host, self._event = values, None
 
+    @classmethod
+    def on_host(cls, *scalars: torch.Tensor | float) -> Deferred:
+        """Host scalars (CPU tensors or floats), read as they are: nothing to copy or wait for, and
+        no ``stack`` to make one tensor of them (a kernel's worth of host time every step)."""
+        deferred = cls.__new__(cls)
+        deferred._host, deferred._event = scalars, None
+        return deferred
+
     def ready(self) -> bool:
         return self._event is None or self._event.query()
 
@@ -36,4 +46,6 @@ class Deferred:
         if self._event is not None:
             self._event.synchronize()
         host = self._host
+        if isinstance(host, tuple):  # ``on_host``
+            return list(map(float, host))
         return (host if host.dim() == 1 else host.reshape(-1)).tolist()

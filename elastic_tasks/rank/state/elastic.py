@@ -62,6 +62,9 @@ class TrainMeta:
     cuda_rng_state: bytes = b""  # the rank's current CUDA device; empty where there is none
 
     def __post_init__(self) -> None:
+        step, seen, batch = self.step, self.samples_seen, self.global_batch  # one test, not a loop: it runs every step
+        if isinstance(step, int) and isinstance(seen, int) and isinstance(batch, int) and min(step, seen, batch) >= 0:
+            return
         for name in ("step", "samples_seen", "global_batch"):
             value = getattr(self, name)
             if not (isinstance(value, int) and value >= 0):
