@@ -31,6 +31,7 @@ class StepWork:
     # batch (``_share``), and what a disabled feature would do is not called at all (issue 34:
     # the elastic step's host time within 0.25 ms of a plain DDP loop's).
     _share: tuple[tuple[int, int, int, int], tuple[int, int], list[tuple[int, int]]] | None = None
+    _forward_in: object = False  # the forward's autocast context, None for full precision (False: not made yet)
 
     def _step_share(self: _Rank, batch: int) -> tuple[tuple[int, int], list[tuple[int, int]]]:
         """This rank's [lo, hi) of a step of ``batch`` and its micro-batches, for the generation in effect."""
@@ -84,8 +85,10 @@ class StepWork:
             self.noise.begin_step(ddp.module, self.world, len(chunks))
         if self.spec.delay_s:
             time.sleep(self.spec.delay_s)
-        autocast = steps.autocast(recipe.precision, self.device)
-        forward_in = None if autocast is steps.FULL_PRECISION else autocast  # no context entered per micro-batch for nothing
+        forward_in = self._forward_in
+        if forward_in is False:  # the rank's first step: its precision and device do not change
+            autocast = steps.autocast(recipe.precision, self.device)
+            forward_in = self._forward_in = None if autocast is steps.FULL_PRECISION else autocast  # None: no context to enter per micro-batch
         what = f"step {meta.step}"
         *early, (a, b) = chunks
         if early:  # accumulation: all micro-batches but the last without the gradient allreduce

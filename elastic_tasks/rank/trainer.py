@@ -375,7 +375,7 @@ class _Rank(StepWork):
             if agreed is not None:
                 self.report.stepped(agreed, plan, self.state.meta, self.rank, self.world, self.accum)
         done = self._done()
-        if self.evaluation.due(self.state, agreed, done):  # asked outside the phase: it is not, nearly every step
+        if self.evaluation.periodic and self.evaluation.due(self.state, agreed, done):  # asked outside the phase: it is not, nearly every step
             with self.wall.phase(Phase.EVALUATION):
                 result = self.evaluation.if_due(self.state, self.rank, self.world, agreed, done)
             if result is not None:

@@ -26,10 +26,12 @@ from elastic_tasks.rank.data.sharding import EpochSampler, rank_slice
 def step_micro_batches(sampler: EpochSampler, samples_seen: int, global_batch: int, world: int, rank: int, accum: int) -> Iterator[list[int]]:
     """Rank ``rank``'s micro-batches of indices, step after step from stream position ``samples_seen``."""
     lo, hi = rank_slice(global_batch, world, rank)
+    sampler.step_indices(samples_seen, global_batch)  # the arguments checked once; each step's position follows from them
+    chunks = micro_batches(hi - lo, accum)  # the same split every step
     position = samples_seen
     while True:
-        local = sampler.step_indices(position, global_batch)[lo:hi]
-        for a, b in micro_batches(len(local), accum):
+        local = sampler.indices(position, global_batch)[lo:hi]
+        for a, b in chunks:
             yield local[a:b].tolist()  # Python ints, as a sampler gives them (one call, not one per index)
         position += global_batch
 

@@ -50,6 +50,10 @@ class EpochSampler:
         """Dataset indices of the step that starts at stream position ``samples_seen``."""
         _check_int("EpochSampler", "samples_seen", samples_seen, 0)
         _check_int("EpochSampler", "global_batch", global_batch, 1)
+        return self.indices(samples_seen, global_batch)
+
+    def indices(self, samples_seen: int, global_batch: int) -> np.ndarray:
+        """``step_indices`` of arguments already checked (a rank's loader, every step)."""
         out = []
         pos, need = samples_seen, global_batch
         while need > 0:

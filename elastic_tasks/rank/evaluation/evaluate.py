@@ -149,6 +149,7 @@ class RankEvaluation:
         self.max_batch_per_gpu = max_batch_per_gpu
         self.device = device
         self.schedule = EvalSchedule(recipe.eval_every, recipe.eval_every_s)
+        self.periodic = self.schedule.periodic  # fixed by the recipe: asked every step
 
     def run(self, state: ElasticState, rank: int, world: int) -> EvalResult:
         """This rank's part of one evaluation (all of it, unless sharded)."""
