@@ -228,8 +228,7 @@ class _Rank(StepWork):
         gradient_hook.install(self.ddp, self.watch.waits, self.witness)
         self.report.switched(plan, self.state.meta, self.rank, self.world, time.time() - t_stop, plan.source)
 
-    def _adopt(self, plan: Plan) -> None:
-        """``plan`` is in effect: its version is the one the steps' data-plane region watches."""
+    def _adopt(self, plan: Plan) -> None:  # ``plan`` is in effect: the steps' data-plane region watches its version
         self.switch.adopt(plan)
         self._step_region = self.watch.data_plane(plan.version, "a training step")  # reused by every step until the next plan
 
@@ -382,13 +381,11 @@ class _Rank(StepWork):
                 self.records.evals.append(result)
         return self.switch.due(plan.version if agreed is None else agreed.newest_version, self.state.meta.step)
 
-    def _noise_value(self) -> float | None:
-        """The probe's estimate; with the probe off it never measures, so there is none to ask for."""
+    def _noise_value(self) -> float | None:  # with the probe off it never measures: none to ask for
         return self.noise.value if self.config.noise_probe else None
 
     def _settle(self) -> None:
-        """Wait for the agreement in flight and record it (before a switch, a stop or the end);
-        a plan it reveals is moot: the loop is leaving this generation anyway."""
+        """Record the agreement in flight (before a switch, a stop or the end); a plan it reveals is moot."""
         assert self.agreement is not None
         with self.watch.data_plane(self.plan.version if self.plan else -1, "agreement"):
             done, self.pending = self.pending, None
