@@ -240,10 +240,8 @@ class _DataPlane:
 
     def _exit(self, exc: BaseException | None) -> None:
         watch, version = self._watch, self._version
-        if exc is None:
-            if watch._leave(version):  # aborted meanwhile
-                raise CollectiveFailure(f"{self._what}: communicator aborted: {watch.reason}")
-            return
+        if exc is None:  # ``__exit__`` left the region and found its generation aborted meanwhile
+            raise CollectiveFailure(f"{self._what}: communicator aborted: {watch.reason}")
         if isinstance(exc, CollectiveFailure):
             if watch.simulate_hang:
                 # nccl's survivors would sit in the collective; so do we, until aborted (the
