@@ -26,6 +26,7 @@ def seen():
         "stale": os.environ.get("MALLEABLE_TEST_STALE"), "fresh": os.environ.get("MALLEABLE_TEST_FRESH"),
         "store": os.environ.get("MALLEABLE_JOB_STORE"), "nanny": os.environ.get("MALLEABLE_TEST_NANNY"),
         "torch_preloaded": "torch" in sys.modules, "parent": " ".join(parent.cmdline()), "pid": os.getpid(),
+        "own_group": os.getpgid(0) == os.getpid(),
     }
 
 if __name__ == "__main__":
@@ -54,6 +55,7 @@ def test_workers_fork_from_a_preloaded_server_with_the_environment_of_their_star
     for worker in (first, second, restarted):
         # Forked by multiprocessing's fork server, which had imported torch before the fork.
         assert "forkserver" in worker["parent"] and worker["torch_preloaded"], worker
+        assert worker["own_group"], worker  # a terminal's Ctrl-C reaches the caller, which stops it in order
     assert first["stale"] == "from-the-first-cluster" and first["fresh"] is None
     for worker in (second, restarted):
         # The server started while STALE was set; the worker still has exactly this moment's environment.
