@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from distributed import Client
 
-from deploy.local import GPU_RESOURCE, NON_DAEMONIC_ENV, TRAINING_WORKER_ENV, local_cluster
+from deploy.local import GPU_RESOURCE, NON_DAEMONIC_ENV, QUIET_WORKER_ENV, TRAINING_WORKER_ENV, local_cluster
 
 K8S_GPU = "nvidia.com/gpu"
 # The image's non-root user (deploy/Dockerfile).
@@ -145,7 +145,7 @@ def kube_cluster_spec(spec: KubeSpec) -> dict:
     from dask_kubernetes.operator import make_cluster_spec
 
     # The worker pod's nanny reads the daemon flag from its environment: restarts stay non-daemonic.
-    env = {**TRAINING_WORKER_ENV, **NON_DAEMONIC_ENV, **spec.env}
+    env = {**TRAINING_WORKER_ENV, **NON_DAEMONIC_ENV, **QUIET_WORKER_ENV, **spec.env}
     if spec.checkpoint_claim is not None:
         env.setdefault("MALLEABLE_CHECKPOINT_DIR", spec.checkpoint_path)
     cluster = copy.deepcopy(make_cluster_spec(name=spec.name, image=spec.image, n_workers=spec.workers, env=env or None))

@@ -105,7 +105,16 @@ def test_local_cluster_has_one_gpu_worker_per_virtual_gpu():
         # training workers start with glibc's mmap threshold pinned (see elastic_tasks.cluster)
         env = client.run(lambda: os.environ.get("MALLOC_MMAP_THRESHOLD_"))
         assert set(env.values()) == {TRAINING_WORKER_ENV["MALLOC_MMAP_THRESHOLD_"]}
+        _assert_quiet_ticks(client)
     assert "DASK_INTERNAL_INHERIT_CONFIG" not in os.environ  # the caller's environment is restored
+
+
+def _assert_quiet_ticks(client: Client) -> None:
+    # Every server of the cluster times its event loop every 0.5 s, not Dask's 20 ms (idle CPU).
+    ticks = set(client.run(lambda dask_worker: dask_worker._tick_interval).values())
+    ticks |= set(client.run(lambda dask_worker: dask_worker._tick_interval, nanny=True).values())
+    ticks.add(client.run_on_scheduler(lambda dask_scheduler: dask_scheduler._tick_interval))
+    assert ticks == {0.5}
 
 
 @pytest.mark.slow
@@ -113,6 +122,7 @@ def test_local_gpu_cluster_workers_get_the_training_malloc_setting():
     with local_gpu_cluster(1) as cluster, Client(cluster) as client:
         env = client.run(lambda: os.environ.get("MALLOC_MMAP_THRESHOLD_"))
         assert set(env.values()) == {TRAINING_WORKER_ENV["MALLOC_MMAP_THRESHOLD_"]}
+        _assert_quiet_ticks(client)
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ import pytest
 from distributed import Client, LocalCluster, Nanny
 
 from deploy.clusters import KubeSpec, kube_cluster_spec
-from deploy.local import NON_DAEMONIC_ENV, cuda_cluster_kwargs, local_gpu_cluster, training_worker_config
+from deploy.local import NON_DAEMONIC_ENV, QUIET_WORKER_ENV, cuda_cluster_kwargs, local_gpu_cluster, training_worker_config
 
 FORK_RECIPE = '''
 import torch
@@ -101,9 +101,12 @@ def test_nanny_processes_of_their_own_get_the_flag_for_good():
         assert dask.config.get("distributed.worker.daemon") is False
     # The variable Dask reads at import, in the worker pods' environment.
     env = {e["name"]: e["value"] for e in kube_cluster_spec(KubeSpec(workers=1))["spec"]["worker"]["spec"]["containers"][0]["env"]}
-    assert env.items() >= NON_DAEMONIC_ENV.items()
-    refreshed = dask.config.collect(env=NON_DAEMONIC_ENV)
+    assert env.items() >= NON_DAEMONIC_ENV.items() and env.items() >= QUIET_WORKER_ENV.items()
+    refreshed = dask.config.collect(env={**NON_DAEMONIC_ENV, **QUIET_WORKER_ENV})
     assert refreshed["distributed"]["worker"]["daemon"] is False
+    # No statistical profiler, and event-loop ticks every 0.5 s rather than 20 ms (idle CPU, the rank's GIL).
+    assert refreshed["distributed"]["worker"]["profile"]["enabled"] is False
+    assert dask.utils.parse_timedelta(refreshed["distributed"]["admin"]["tick"]["interval"]) == 0.5
     deploy_doc = (Path(__file__).resolve().parents[1] / "docs" / "deploy.md").read_text()
     assert "DASK_DISTRIBUTED__WORKER__DAEMON=False dask worker" in deploy_doc
 
