@@ -46,18 +46,13 @@ def preloaded_forkserver() -> multiprocessing.context.ForkServerContext:
 
 
 class ExactEnvironWorker(Worker):
-    """A worker whose process environment is ``environ``, exactly, before it starts, leading a
-    process group of its own.
+    """A worker whose process environment is ``environ``, exactly, before it starts.
 
     The nanny's child applies its ``env`` with ``os.environ.update`` only: on top of the fork
     server's environment that would keep variables removed since the server started.
     """
 
     def __init__(self, *args: object, environ: dict[str, str], **kwargs: object) -> None:
-        # A process group of its own, as a spawned ``dask spec`` worker had: a terminal's Ctrl-C
-        # signals the foreground group, and the worker is stopped by its nanny, in order, instead
-        # of dying under ranks that were about to stop cleanly.
-        os.setpgid(0, 0)
         for name in set(os.environ) - set(environ):
             del os.environ[name]
         os.environ.update(environ)

@@ -26,7 +26,7 @@ def seen():
         "stale": os.environ.get("MALLEABLE_TEST_STALE"), "fresh": os.environ.get("MALLEABLE_TEST_FRESH"),
         "store": os.environ.get("MALLEABLE_JOB_STORE"), "nanny": os.environ.get("MALLEABLE_TEST_NANNY"),
         "torch_preloaded": "torch" in sys.modules, "parent": " ".join(parent.cmdline()), "pid": os.getpid(),
-        "own_group": os.getpgid(0) == os.getpid(),
+        "group": os.getpgid(0),
     }
 
 if __name__ == "__main__":
@@ -41,7 +41,7 @@ if __name__ == "__main__":
         out.append(next(iter(client.run(seen).values())))
         client.restart()  # the nanny starts its worker again: same rules
         out.append(next(iter(client.run(seen).values())))
-    print(json.dumps(out))
+    print(json.dumps([*out, os.getpgid(0)]))
 """
 
 
@@ -51,11 +51,13 @@ def test_workers_fork_from_a_preloaded_server_with_the_environment_of_their_star
     env.pop("MALLEABLE_JOB_STORE", None)
     proc = subprocess.run([sys.executable, str(tmp_path / "fs_probe.py")], env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    first, second, restarted = json.loads(proc.stdout.strip().splitlines()[-1])
+    *workers, os_group = json.loads(proc.stdout.strip().splitlines()[-1])
+    first, second, restarted = workers
     for worker in (first, second, restarted):
         # Forked by multiprocessing's fork server, which had imported torch before the fork.
         assert "forkserver" in worker["parent"] and worker["torch_preloaded"], worker
-        assert worker["own_group"], worker  # a terminal's Ctrl-C reaches the caller, which stops it in order
+        # In the caller's process group, as a spawned worker was: a supervisor's killpg reaches it.
+        assert worker["group"] == os_group, worker
     assert first["stale"] == "from-the-first-cluster" and first["fresh"] is None
     for worker in (second, restarted):
         # The server started while STALE was set; the worker still has exactly this moment's environment.
