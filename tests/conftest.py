@@ -1,15 +1,20 @@
 """Shared fixtures: a session-scoped Prefect test harness (a temporary API and database).
 
 Tests that run flows request ``prefect_harness``; it costs ~10 s once per session, so it is
-only started when some selected test asks for it.
+only started when some selected test asks for it. Its database, and those of tests that start a
+Prefect API of their own, are copies of one migrated database (``prefect_db_template``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import math
 import os
 import tempfile
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,10 +28,42 @@ os.environ["PREFECT_LOCAL_STORAGE_PATH"] = tempfile.mkdtemp(prefix="malleable-te
 
 
 @pytest.fixture(scope="session")
-def prefect_harness():
-    from prefect.testing.utilities import prefect_test_harness
+def prefect_db_template(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Prefect database migrated to this Prefect's head (tests/prefect_homes.py), made once per
+    Prefect release and kept in pytest's cache: later sessions and parallel workers copy it."""
+    from tests.prefect_homes import migrated_template
 
-    with prefect_test_harness(server_startup_timeout=120):
+    cache = request.config.cache
+    return migrated_template(cache.mkdir("prefect-db") if cache is not None else tmp_path_factory.mktemp("prefect-db"))
+
+
+@pytest.fixture
+def migrated_prefect_home(prefect_db_template: Path) -> Callable[[Path], Path]:
+    """Makes a PREFECT_HOME whose database is a copy of the migrated one: for a test whose Prefect API
+    must be its own (a `prefect server start`, a CLI's ephemeral API) but need not migrate a fresh one."""
+    from tests.prefect_homes import seed_home
+
+    return functools.partial(seed_home, template=prefect_db_template)
+
+
+@pytest.fixture(scope="session")
+def prefect_harness(prefect_db_template: Path):
+    import prefect.testing.utilities as harness
+
+    from tests.prefect_homes import seed_home
+
+    # The harness makes a directory (mkdtemp) for a fresh database, prefect-test.db, and migrates it;
+    # handed one already holding the migrated copy, its server starts without migrating. It removes
+    # the directory at exit, as it would its own.
+    seeded = seed_home(Path(tempfile.mkdtemp(prefix="malleable-test-prefect-harness-")), prefect_db_template, "prefect-test.db")
+    with contextlib.ExitStack() as stack:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(harness, "mkdtemp", lambda: str(seeded))
+            stack.enter_context(harness.prefect_test_harness(server_startup_timeout=120))
+        from prefect.settings import PREFECT_SERVER_DATABASE_CONNECTION_URL
+
+        if str(seeded) not in PREFECT_SERVER_DATABASE_CONNECTION_URL.value():  # Prefect changed its harness: slower, still right
+            warnings.warn(f"the Prefect test harness did not use the migrated copy in {seeded}", stacklevel=1)
         yield
 
 

@@ -71,12 +71,12 @@ def _stop(process: subprocess.Popen) -> None:
 
 
 @pytest.mark.slow
-def test_deploy_md_walk_through(tmp_path):
+def test_deploy_md_walk_through(tmp_path, migrated_prefect_home):
     port = _free_port()
     api = f"http://127.0.0.1:{port}/api"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MALLEABLE_"))}
     env.update(
-        PREFECT_HOME=str(tmp_path / "prefect-home"),
+        PREFECT_HOME=str(migrated_prefect_home(tmp_path / "prefect-home")),  # its server need not migrate a fresh database
         PREFECT_API_URL=api,
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
         COLUMNS="250",  # the listing tables, unabridged

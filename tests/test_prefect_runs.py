@@ -29,9 +29,11 @@ def test_auto_records_where_an_api_is_configured():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["auto", "always"])
-def test_run_simulate_starts_prefect_only_when_asked(tmp_path, mode):
+def test_run_simulate_starts_prefect_only_when_asked(tmp_path, mode, migrated_prefect_home):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MALLEABLE_", "MLFLOW_", "PREFECT_"))}
     env.update(PYTHONPATH=str(REPO), PREFECT_HOME=str(tmp_path / "prefect"), MALLEABLE_PREFECT_RUNS=mode)
+    if mode == "always":  # the ephemeral API then starts on a migrated copy (its flow run is the only one there)
+        migrated_prefect_home(tmp_path / "prefect")
     done = subprocess.run(
         [sys.executable, "-m", "flows.commands.cli", "run", str(REPO / "examples" / "quickstart" / "jobs.yaml"), "--simulate"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,

@@ -71,7 +71,7 @@ def _artifacts(env: dict[str, str], flow_run: str) -> dict[str, str]:
     return {a["key"]: a["data"] if isinstance(a["data"], str) else json.dumps(a["data"]) for a in found if a["key"]}
 
 
-def test_cluster_run_through_a_live_service_fails_on_a_failed_job_and_is_comparable_when_not(tmp_path):
+def test_cluster_run_through_a_live_service_fails_on_a_failed_job_and_is_comparable_when_not(tmp_path, migrated_prefect_home):
     import yaml
 
     (tmp_path / "recipes").mkdir()
@@ -83,7 +83,7 @@ def test_cluster_run_through_a_live_service_fails_on_a_failed_job_and_is_compara
     api = f"http://127.0.0.1:{port}/api"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MALLEABLE_", "MLFLOW_"))}
     env.update(
-        PREFECT_HOME=str(tmp_path / "prefect-home"), PREFECT_API_URL=api, PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        PREFECT_HOME=str(migrated_prefect_home(tmp_path / "prefect-home")), PREFECT_API_URL=api, PREFECT_SERVER_ANALYTICS_ENABLED="false",
         PREFECT_SERVER_API_PORT=str(port), PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", COLUMNS="250",
         PYTHONPATH=os.pathsep.join([str(ROOT), str(tmp_path / "recipes")]),
     )  # fmt: skip

@@ -16,9 +16,10 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_retrain_registers_a_model_version_with_a_signature(tmp_path):
+def test_retrain_registers_a_model_version_with_a_signature(tmp_path, prefect_api_url):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MALLEABLE_", "MLFLOW_", "PREFECT_"))}
-    env.update(PYTHONPATH=str(REPO), PREFECT_HOME=str(tmp_path / "prefect"), MALLEABLE_WORKERS="2", COLUMNS="250")
+    # The session's Prefect API records the flow run: no ephemeral API of its own to start (~20 CPU s).
+    env.update(PYTHONPATH=str(REPO), PREFECT_HOME=str(tmp_path / "prefect"), PREFECT_API_URL=prefect_api_url, MALLEABLE_WORKERS="2", COLUMNS="250")
     done = subprocess.run(
         [sys.executable, "-m", "flows.commands.cli", "retrain", "elastic_tasks.examples:mlp_tiny", "--epochs", "0.25", "--model-name", "team-mlp"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=480,

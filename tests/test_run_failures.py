@@ -44,7 +44,7 @@ def test_a_job_failing_in_its_ranks_is_reported_and_the_others_finish(prefect_ap
     assert "good" in proc.stdout  # its row in the results table
 
 
-def test_ctrl_c_on_a_running_run_exits_at_once_with_one_line_and_leaves_nothing_running(tmp_path):
+def test_ctrl_c_on_a_running_run_exits_at_once_with_one_line_and_leaves_nothing_running(tmp_path, migrated_prefect_home):
     import signal
 
     import psutil
@@ -57,7 +57,8 @@ def test_ctrl_c_on_a_running_run_exits_at_once_with_one_line_and_leaves_nothing_
     jobs = [{"id": "long", "workload": "mlp_tiny", "profile": "p", "samples": 5_000_000, "min_batch": 32, "max_batch": 128, "max_gpus": 2}]
     (tmp_path / "jobs.yaml").write_text(yaml.safe_dump({"profiles": {"p": profile}, "jobs": jobs}))
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLEABLE_")}
-    env.update(PYTHONPATH=str(REPO), MALLEABLE_WORKERS="2", PREFECT_HOME=str(tmp_path / "prefect"))
+    # Its own (ephemeral) Prefect API, which the Ctrl-C must end too; on a migrated copy it starts without migrating.
+    env.update(PYTHONPATH=str(REPO), MALLEABLE_WORKERS="2", PREFECT_HOME=str(migrated_prefect_home(tmp_path / "prefect")))
     proc = subprocess.Popen(
         [sys.executable, "-m", "flows.commands.cli", "run", "jobs.yaml"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
