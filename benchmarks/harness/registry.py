@@ -168,7 +168,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         ),
     ),
     Benchmark(
-        "cli_startup", "benchmarks/cli_startup_bench.py", quick=("--repeats", "2"), quick_timeout_s=90,
+        "cli_startup", "benchmarks/cli_startup_bench.py", quick=("--repeats", "2"), quick_timeout_s=120,
         summary="`malleable --help` with lazy command imports vs eager; `malleable jobs` and the end of a Ctrl-C'd `jobs --watch`",
         figures=(
             _f("help_s"), _f("eager_help_s"), _f("speedup"), _f("help_heavy_modules", "==", 0, DOCS),
