@@ -6,17 +6,12 @@ import them at module level without a cycle (and without lazy imports to dodge o
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 from typing import Protocol, runtime_checkable
 
+from allocator.overflow import OverflowMode
 from allocator.types import Allocation, ClusterSnapshot, JobSpec
 
-
-class OverflowMode(str, Enum):
-    """What happens to a job that does not fit now."""
-
-    DROP = "drop"
-    QUEUE = "queue"
+__all__ = ["AdmissionDecision", "OverflowMode", "Policy", "SupportsAdmission", "SupportsMinGpus", "SupportsPreemption"]
 
 
 @dataclass(frozen=True, slots=True)

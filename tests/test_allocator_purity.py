@@ -62,8 +62,9 @@ def test_allocator_modules_import_each_other_at_module_level_only() -> None:
     import ast
 
     # A package's module-level ``__getattr__`` (PEP 562) is the one exception: it defers a heavy
-    # name for start-up cost (allocator.loop's run_loop pulls in every policy, numpy and pulp;
-    # the job store and `malleable jobs` need only the loop's records), not to dodge a cycle.
+    # name for start-up cost (allocator.loop's run_loop pulls in every policy, numpy and pulp, its
+    # records the trust model, numpy; the job store and `malleable jobs` need only the job states
+    # of allocator.loop.lifecycle), not to dodge a cycle.
     lazy = []
     for path in sorted((ROOT / "allocator").rglob("*.py")):
         tree = ast.parse(path.read_text())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -92,8 +93,53 @@ def test_command_modules_never_import_each_other():
 
 def test_listing_jobs_loads_no_policy_and_no_solver(tmp_path, monkeypatch):
     # `malleable jobs --watch` is started often (and in loops): the store's records name the loop's
-    # job states, which must not drag in every policy and the MILP solver's modeller on the way.
-    monkeypatch.setenv("MALLEABLE_JOB_STORE", f"sqlite:///{tmp_path / 'jobs.db'}")
-    done, loaded = _modules_after(["jobs"])
+    # job states, which must not drag in every policy and the MILP solver's modeller on the way,
+    # nor numpy (the loop's records' trust model) — also when a row is read back.
+    from service.store import JobStore
+    from service.client import ServiceClient
+    from tests.service_helpers import job_entry
+
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    monkeypatch.setenv("MALLEABLE_JOB_STORE", url)
+    done, loaded = _modules_after(["jobs"])  # no store yet
     assert "state" in done.stdout and "Usage" not in done.stdout + done.stderr, done.stdout + done.stderr
-    assert "pulp" not in loaded and not loaded & {"torch", "prefect", "mlflow", "distributed"}, sorted(loaded & set(HEAVY))
+    assert "pulp" not in loaded and not loaded & {"torch", "prefect", "mlflow", "distributed", "numpy"}, sorted(loaded & set(HEAVY))
+    store = JobStore(url)
+    ServiceClient(store, submitter="alice").submit(job_entry("listed-one"))
+    store.close()
+    done, loaded = _modules_after(["jobs"])
+    assert "listed-one" in done.stdout, done.stdout + done.stderr
+    assert not loaded & {"pulp", "numpy", "torch", "prefect", "mlflow", "distributed"}, sorted(loaded & set(HEAVY))
+
+
+def test_the_cli_process_freezes_its_objects_at_exit_and_an_in_process_app_does_not(tmp_path):
+    """``main`` (the console script, ``python -m malleable``) freezes what start-up made before the
+    interpreter's exit, so its last collections skip it; ``app`` called inside another program
+    (a test) leaves that program's collector alone. And `jobs` closes its store itself: sqlite's
+    write-ahead log is gone once the last reader exits (the frozen exit would leave it)."""
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    from service.store import JobStore
+    from service.client import ServiceClient
+    from tests.service_helpers import job_entry
+
+    store = JobStore(url)
+    ServiceClient(store, submitter="alice").submit(job_entry("listed-one"))
+    store.close()
+    probe = (
+        "import atexit, gc, sys\n"
+        "from flows.commands.cli import app, main\n"
+        "try:\n"
+        "    app(['--version'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print('in-process', gc.get_freeze_count())\n"
+        "atexit.register(lambda: print('at exit', gc.get_freeze_count() > 1000))\n"
+        "sys.argv = ['malleable', 'jobs']\n"
+        "main()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLEABLE_")}
+    env.update(MALLEABLE_JOB_STORE=url, PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "listed-one" in done.stdout, done.stdout + done.stderr
+    assert "in-process 0\n" in done.stdout and "at exit True" in done.stdout, done.stdout
+    assert not (tmp_path / "jobs.db-wal").exists() and (tmp_path / "jobs.db").exists()

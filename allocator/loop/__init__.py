@@ -9,23 +9,24 @@ Dask executor in ``elastic_tasks``).
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING
-
-from allocator.loop.sources import EPS
-from allocator.loop.types import JobRecord, JobTransition, LoopResult, LoopSettings, ScheduleRow, StepReport
 
 if TYPE_CHECKING:
     from allocator.loop.driver import run_loop
+    from allocator.loop.sources import EPS
+    from allocator.loop.types import JobRecord, JobTransition, LoopResult, LoopSettings, ScheduleRow, StepReport
 
 # The run's records are named from here by every layer above.
 __all__ = ["EPS", "JobRecord", "JobTransition", "LoopResult", "LoopSettings", "ScheduleRow", "StepReport", "run_loop"]
+# Each name is imported on first use: importing any submodule runs this file first, and the job
+# store and the CLI need only ``allocator.loop.lifecycle`` (the job states) — not the records'
+# trust model (numpy) nor the driver's policies (numpy, pulp), so `malleable jobs` pays for neither.
+_HOMES = {"EPS": "sources", "run_loop": "driver", **{n: "types" for n in __all__[1:-1]}}
 
 
 def __getattr__(name: str):
-    # The driver pulls in every policy (numpy, pulp); the job store and the CLI read only the
-    # records above, so `malleable jobs` does not pay for the policies at start-up.
-    if name == "run_loop":
-        from allocator.loop.driver import run_loop
-
-        return run_loop
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{home}"), name)

@@ -168,9 +168,12 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         ),
     ),
     Benchmark(
-        "cli_startup", "benchmarks/cli_startup_bench.py", quick=("--repeats", "2"), quick_timeout_s=90,
-        summary="`malleable --help` with lazy command imports vs eager",
-        figures=(_f("help_s"), _f("eager_help_s"), _f("speedup"), _f("help_heavy_modules", "==", 0, DOCS)),
+        "cli_startup", "benchmarks/cli_startup_bench.py", quick=("--repeats", "2"), quick_timeout_s=120,
+        summary="`malleable --help` with lazy command imports vs eager; `malleable jobs` and the end of a Ctrl-C'd `jobs --watch`",
+        figures=(
+            _f("help_s"), _f("eager_help_s"), _f("speedup"), _f("help_heavy_modules", "==", 0, DOCS),
+            _f("jobs_s"), _f("jobs_cpu_s"), _f("jobs_heavy_modules", "==", 0, DOCS), _f("watch_exit_s", "<=", 2, "issue 39"),
+        ),
     ),
     Benchmark(
         "pollux_trace", "benchmarks/pollux_trace_bench.py", full=("--pollux", "adaptdl/simulator", "--workers", "2"), quick=None,

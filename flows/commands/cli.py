@@ -9,6 +9,7 @@ Adding a command is one row in ``COMMANDS``.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import sys
 
@@ -138,7 +139,15 @@ def _root(
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    finally:
+        # The command is done and has closed what it opened; what is left goes with the process.
+        # Frozen, the start-up's objects (every imported module's) are skipped by the
+        # interpreter's last collections at exit: ~0.15 s of CPU of a `malleable jobs`, and of the
+        # time a Ctrl-C'd `jobs --watch` takes to end. Only here, where this process is the CLI's
+        # own: a test calling ``app`` in its process keeps its collector as it was.
+        gc.freeze()
 
 
 if __name__ == "__main__":

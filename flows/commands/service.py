@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Annotated
 
@@ -146,63 +147,70 @@ def jobs(
     if gpus is not None and not 1 <= gpus <= 2**20:  # the same bound as a job's GPUs (service.jobs.limits.MAX_GPUS)
         fail(f"--gpus={gpus}: must be a positive integer, at most {2**20:,}")
     settings = settings_or_fail(teams=teams)
-    store = _read_store(settings)
-    if usage:
-        _usage(settings, store, fmt, gpus)
-        return
-    states = None if all_jobs else [s for s in JobState if not s.terminal]
+    # The store is closed on the way out, not left to the interpreter's exit: sqlite's last reader
+    # checkpoints its write-ahead log and removes it, as a tidy exit should.
+    with ExitStack() as closing:
+        store = _read_store(settings)
+        if store is not None:
+            closing.callback(store.close)
+        if usage:
+            _usage(settings, store, fmt, gpus)
+            return
+        states = None if all_jobs else [s for s in JobState if not s.terminal]
 
-    def rows():
-        nonlocal store
-        if store is None:  # nothing submitted yet: an empty list, and no store made for it
-            store = _read_store(settings)
-        return [] if store is None else store.jobs(states=states)
+        def rows():
+            nonlocal store
+            if store is None:  # nothing submitted yet: an empty list, and no store made for it
+                store = _read_store(settings)
+                if store is not None:
+                    closing.callback(store.close)
+            return [] if store is None else store.jobs(states=states)
 
-    if fmt == "json":
-        out = [
-            {"id": r.id, "name": r.name, "state": r.state.value, "gpus": r.gpus, "batch": r.batch, "progress": round(r.progress, 4),
-             "submitter": r.submitter, "submitted_at": r.submitted_at, "started_at": r.started_at, "finished_at": r.finished_at,
-             "error": r.error, "attempts": r.attempts, "mlflow_run_id": r.mlflow_run_id,
-             "steps": r.steps, "final_loss": r.final_loss, "eval_loss": r.eval_loss, "wall_split": r.wall_split,
-             "generations": [
-                 {"time": a.time, "gpus": a.gpus, "batch": a.batch, "kind": a.kind,
-                  "predicted_samples_per_s": a.predicted_samples_per_s, "measured_samples_per_s": a.measured_samples_per_s}
-                 for a in store.allocations(r.id) if a.gpus > 0
-             ]}
-            for r in rows()
-        ]  # fmt: skip
-        print(json.dumps(out, indent=2))
-        return
-    if not watch:
-        listed = rows()
-        console.print(jobs_table(listed))
-        for r in listed if generations else ():
-            console.print(generations_table(r.id, store.allocations(r.id)))
-        return
-    from rich.live import Live
+        if fmt == "json":
+            out = [
+                {"id": r.id, "name": r.name, "state": r.state.value, "gpus": r.gpus, "batch": r.batch, "progress": round(r.progress, 4),
+                 "submitter": r.submitter, "submitted_at": r.submitted_at, "started_at": r.started_at, "finished_at": r.finished_at,
+                 "error": r.error, "attempts": r.attempts, "mlflow_run_id": r.mlflow_run_id,
+                 "steps": r.steps, "final_loss": r.final_loss, "eval_loss": r.eval_loss, "wall_split": r.wall_split,
+                 "generations": [
+                     {"time": a.time, "gpus": a.gpus, "batch": a.batch, "kind": a.kind,
+                      "predicted_samples_per_s": a.predicted_samples_per_s, "measured_samples_per_s": a.measured_samples_per_s}
+                     for a in store.allocations(r.id) if a.gpus > 0
+                 ]}
+                for r in rows()
+            ]  # fmt: skip
+            print(json.dumps(out, indent=2))
+            return
+        if not watch:
+            listed = rows()
+            console.print(jobs_table(listed))
+            for r in listed if generations else ():
+                console.print(generations_table(r.id, store.allocations(r.id)))
+            return
+        from rich.live import Live
 
-    from flows.commands.shared.ctrl_c import CtrlC
+        from flows.commands.shared.ctrl_c import CtrlC
 
-    try:
-        with CtrlC() as ctrl_c:
-            if not console.is_terminal:
-                # A pipe or a file: a live display would print nothing until it ends; a table per interval.
-                while not ctrl_c.stopped:
-                    table = jobs_table(rows())
-                    console.print(f"{time.strftime('%Y-%m-%d %H:%M:%S')}", highlight=False, markup=False)
-                    console.print(table)
-                    console.file.flush()
-                    ctrl_c.sleep(interval)
-                return
-            with Live(jobs_table(rows()), console=console, refresh_per_second=2) as live:
-                while not ctrl_c.stopped:
-                    ctrl_c.sleep(interval)
-                    if not ctrl_c.stopped:
-                        live.update(jobs_table(rows()))
-    except KeyboardInterrupt:
-        pass  # a second Ctrl-C during a step
-    except BrokenPipeError:
-        pass  # `| head`: the reader left
+        try:
+            with CtrlC() as ctrl_c:
+                if not console.is_terminal:
+                    # A pipe or a file: a live display would print nothing until it ends; a table per interval.
+                    while not ctrl_c.stopped:
+                        table = jobs_table(rows())
+                        console.print(f"{time.strftime('%Y-%m-%d %H:%M:%S')}", highlight=False, markup=False)
+                        console.print(table)
+                        console.file.flush()
+                        ctrl_c.sleep(interval)
+                    return
+                with Live(jobs_table(rows()), console=console, refresh_per_second=2) as live:
+                    while not ctrl_c.stopped:
+                        ctrl_c.sleep(interval)
+                        if not ctrl_c.stopped:
+                            live.update(jobs_table(rows()))
+        except KeyboardInterrupt:
+            pass  # a second Ctrl-C during a step
+        except BrokenPipeError:
+            pass  # `| head`: the reader left
 
 
 def _usage(settings, store, fmt: str, gpus: int | None) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from allocator.admission import OverflowMode
+from allocator.overflow import OverflowMode
 from service.redaction import redact_url
 
 ENV_PREFIX = "MALLEABLE_"

@@ -1,17 +1,15 @@
-"""A submitted job: the checks a submission passes, and the store's record of it read in any format it was written in.
+"""A submitted job: the checks a submission passes.
 
 A job is parsed once, where it enters (the CLI's flags, a jobs file, the client's entry
-mapping), into a ``JobSpec``; from there on it travels whole. The store keeps that JobSpec as
-``allocator.specs.spec_to_dict`` writes it. Rows written before (the format of a jobs-file entry:
-``samples``, ``gpus``, ``deadline_s``, …) are upgraded when read, so a store never needs rewriting.
+mapping), into a ``JobSpec``; from there on it travels whole. What the store keeps of it, and
+how an older row is read back: ``service.jobs.stored``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import re
 
-from allocator.specs import job_from_dict, spec_to_dict
+from allocator.specs import job_from_dict
 from allocator.types import JobSpec
 from elastic_tasks.workloads import resolve_workload
 from service.jobs.limits import MAX_SAMPLES, MAX_WORKLOAD, check_limits, quoted, shown_value
@@ -51,23 +49,3 @@ def spec_from_entry(entry: object) -> JobSpec:
     if isinstance(entry, dict):  # the workload first: its message is the clearer one
         check_workload(entry.get("workload"), f"job {entry.get('id')!r}.workload")
     return check_submission(job_from_dict(entry, 0, {}))
-
-
-def stored_record(data: object, job_id: str) -> object:
-    """A row's stored job as ``spec_to_dict`` data under the row's id: a row written in the earlier
-    jobs-file-entry format (it says ``samples``, not ``total_samples``) is upgraded here. What
-    cannot be read is returned as it is: the feed fails that job, naming the field."""
-    if not isinstance(data, dict):
-        return data
-    if "total_samples" not in data:
-        try:
-            data = spec_to_dict(job_from_dict(data, 0, {}))
-        except ValueError:
-            return data
-    return {**data, "id": job_id}
-
-
-def record_for_store(spec: JobSpec, job_id: str) -> dict:
-    """What the store writes for ``spec`` submitted as ``job_id``: its serialisation under the
-    store's id, arriving when the service sees it (its arrival on the loop's clock is set then)."""
-    return spec_to_dict(dataclasses.replace(spec, id=job_id, arrival_time=0.0))

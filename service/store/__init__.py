@@ -19,7 +19,7 @@ from sqlalchemy import bindparam, func, insert, inspect, select, update
 from sqlalchemy.exc import IntegrityError, InternalError, OperationalError, ProgrammingError, SQLAlchemyError
 
 from service.store import schema
-from service.jobs.jobspec import record_for_store, stored_record
+from service.jobs.stored import record_for_store, stored_record
 from service.redaction import redact_url
 from service.store.records import AllocationRow, JobRow, JobState, Submission, Submitted
 

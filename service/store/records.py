@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from allocator.specs import spec_from_dict
+from typing import TYPE_CHECKING
 
 from allocator.loop.lifecycle import JobState  # the one job-state vocabulary (loop, store, CLI)
-from allocator.types import JobSpec
+
+if TYPE_CHECKING:  # read by the service and the loop; `malleable jobs` lists rows without them
+    from allocator.types import JobSpec
 
 
 # A service takes these up when it starts (a crash leaves jobs "running" in the store).
@@ -70,6 +71,8 @@ class JobRow:
     def job_spec(self) -> JobSpec:
         """The stored job, whole, as the loop takes it; ValueError naming the field for a row that
         was edited by hand (or by a version whose rules differ)."""
+        from allocator.specs import spec_from_dict
+
         return spec_from_dict(self.spec, f"job {self.id!r}")
 
     @property

@@ -12,7 +12,7 @@ from sqlalchemy import Boolean, Column, Float, Index, Integer, MetaData, String,
 
 # 4: the `spec` column holds the job's own record (allocator.specs.spec_to_dict) instead of a
 # jobs-file entry. No column changed: rows written before are upgraded as they are read
-# (service.jobs.jobspec.stored_record); the version tells an older malleable, which could not
+# (service.jobs.stored.stored_record); the version tells an older malleable, which could not
 # read the new rows, to refuse the store rather than fail its jobs.
 # 5: `code_version`, the SHA-256 of the entry point's module file a job last started with (issue 35.2).
 SCHEMA_VERSION = 5
