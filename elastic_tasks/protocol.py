@@ -103,9 +103,10 @@ class TrainConfig:
         if not (math.isfinite(self.data_timeout_s) and self.data_timeout_s > 0):
             raise ValueError(f"TrainConfig.data_timeout_s={self.data_timeout_s!r}: must be a finite number > 0")
         wait = self.plan_wait_s
-        if wait is not None and not (isinstance(wait, (int, float)) and not isinstance(wait, bool) and math.isfinite(wait) and wait >= self.timeout_s):
-            # Shorter than one control timeout, a rank would give up on a plan its coordinator is still allowed to gather.
-            raise ValueError(f"TrainConfig.plan_wait_s={wait!r}: must be a finite number >= timeout_s ({self.timeout_s:g}) or None")
+        if wait is not None and not (isinstance(wait, (int, float)) and not isinstance(wait, bool) and math.isfinite(wait) and wait >= 2 * self.timeout_s):
+            # A recovery plan comes after the failed collective's control timeout and the members'
+            # reports (up to another control timeout): a shorter wait gives up on a plan on its way.
+            raise ValueError(f"TrainConfig.plan_wait_s={wait!r}: must be a finite number >= 2 x timeout_s ({2 * self.timeout_s:g}) or None")
         _int("broadcast_chunk_mb", self.broadcast_chunk_mb, 1)
         budget = self.noise_probe_budget
         if budget is not None and not (isinstance(budget, (int, float)) and not isinstance(budget, bool) and 0 < budget <= 1):

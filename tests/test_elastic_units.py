@@ -181,8 +181,8 @@ def test_config_and_plan_reject_bad_values():
     with pytest.raises(ValueError, match="Plan.source"):
         Plan(0, PlanKind.START, ("a",), 2, source="z")
     assert Plan(1, "rescale", ("a",), 4, source=FROM_CHECKPOINT).kind is PlanKind.RESCALE
-    for bad in (5.0, float("inf"), True):  # under one control timeout (10 s), not finite, a bool
-        with pytest.raises(ValueError, match="plan_wait_s=.*>= timeout_s"):
+    for bad in (19.9, float("inf"), True):  # under two control timeouts (10 s each), not finite, a bool
+        with pytest.raises(ValueError, match=r"plan_wait_s=.*>= 2 x timeout_s \(20\)"):
             TrainConfig(global_batch=8, max_steps=1, timeout_s=10.0, plan_wait_s=bad)
 
 
