@@ -47,9 +47,9 @@ def client():
         yield c
 
 
-def _job(client, name, delays=None, **cfg):
+def _job(client, name, delays=None, steps=STEPS, **cfg):
     client.wait_for_workers(3, timeout=60)  # killed workers come back under nannies, not at once
-    config = TrainConfig(global_batch=BATCH, max_steps=STEPS, record_indices=True, timeout_s=20.0, **cfg)
+    config = TrainConfig(global_batch=BATCH, max_steps=steps, record_indices=True, timeout_s=20.0, **cfg)
     return JobCoordinator(client, WorkerPool(client), f"{name}-{time.monotonic_ns()}", ENTRY, config, delays=delays)
 
 
@@ -172,7 +172,9 @@ def test_checkpoint_restart_resumes_at_the_exact_step(client, reference, tmp_pat
 
 
 def test_injected_straggler_is_flagged_within_the_ewma_bound(client):
-    job = _job(client, "straggler", delays={0: 0.02, 1: 0.02, 2: 0.2})
+    # 4 x the steps the bound allows (StragglerDetector.steps_to_flag(0.5) = 5): the slow rank's
+    # 0.2 s a step is the test's wall time, and no step past the bound can change the first flag.
+    job = _job(client, "straggler", delays={0: 0.02, 1: 0.02, 2: 0.2}, steps=4 * StragglerDetector.steps_to_flag(0.5))
     job.start(3)
     slow = job.members[2]
     result = job.wait(120)
