@@ -172,8 +172,7 @@ def test_checkpoint_restart_resumes_at_the_exact_step(client, reference, tmp_pat
 
 
 def test_injected_straggler_is_flagged_within_the_ewma_bound(client):
-    # 4 x the steps the bound allows (StragglerDetector.steps_to_flag(0.5) = 5): the slow rank's
-    # 0.2 s a step is the test's wall time, and no step past the bound can change the first flag.
+    # 4 x the bound (steps_to_flag(0.5) = 5): no later step changes the first flag; each costs 0.2 s.
     job = _job(client, "straggler", delays={0: 0.02, 1: 0.02, 2: 0.2}, steps=4 * StragglerDetector.steps_to_flag(0.5))
     job.start(3)
     slow = job.members[2]
