@@ -153,20 +153,59 @@ def _child(args: argparse.Namespace) -> None:
     print(RESULT + json.dumps(out, default=str), flush=True)
 
 
+def _session(sid: int) -> list[int]:
+    import psutil  # Dask's dependency: the checks need Dask anyway
+
+    pids = []
+    for pid in psutil.pids():
+        try:
+            if os.getsid(pid) == sid:
+                pids.append(pid)
+        except (ProcessLookupError, PermissionError):
+            pass  # gone since the listing, or not ours
+    return pids
+
+
+def _end_session(sid: int, grace_s: float) -> int:
+    """SIGKILL what is left of the session ``sid`` (a check: it and all it started) after up to
+    ``grace_s`` for it to end by itself (a fork server exits once its caller has); how many."""
+    deadline = time.monotonic() + grace_s
+    while (left := _session(sid)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return len(left)
+
+
 def _run_child(argv: list[str], name: str, timeout_s: float, env: dict[str, str]) -> dict[str, object]:
     cmd = [sys.executable, str(Path(__file__).resolve()), *argv, "--child", name]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # the check and every process it started (Dask workers)
-        proc.communicate()
+    # Output to a file, not a pipe, and the check's session ended after it: a Dask worker leads a
+    # process group of its own (deploy/forkserver.py), so a worker its check left behind outlived a
+    # killpg of the check's group and, holding the pipe open, kept the run waiting for ever.
+    with tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO, start_new_session=True)
+        try:
+            proc.wait(timeout=timeout_s)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        left = _end_session(proc.pid, 0 if timed_out else 2.0) - (1 if timed_out else 0)  # less the check itself, if it ran on
+        proc.wait()
+        log.seek(0)
+        out = log.read()
+    if timed_out:
         return {"error": f"timed out after {timeout_s:g} s"}
     lines = [ln for ln in out.splitlines() if ln.startswith(RESULT)]
     if not lines:
         tail = " | ".join(out.strip().splitlines()[-3:])
         return {"error": f"exit code {proc.returncode}, no result: {tail[-400:]}"}
-    return json.loads(lines[-1][len(RESULT):])
+    result = json.loads(lines[-1][len(RESULT):])
+    if left > 0:  # a check's processes outlived it: said, not failed (the check's own criteria decide)
+        result["processes_left_behind"] = left
+    return result
 
 
 def _derived(checks: dict[str, object]) -> dict[str, object]:

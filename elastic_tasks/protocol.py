@@ -70,6 +70,11 @@ class TrainConfig:
     # ("gpus=2: only 1 free GPU worker(s)") was most likely a grow failing its job, which now waits.
     noise_probe_budget: float | None = None
     data_timeout_s: float = 600.0
+    # The plan wait (coordinator/timeouts.plan_wait_s): how long a rank waits for its first or its
+    # recovery plan, and at a start's rendezvous for peers still starting. None: max(60 s,
+    # 4 x timeout_s), for ranks that import torch on a loaded host. A small local cluster whose
+    # ranks start in seconds can set it lower: a rank that never shows up is given up on sooner.
+    plan_wait_s: float | None = None
     broadcast_chunk_mb: int = 256  # a state broadcast's staging buffer, at most (rank/state/chunked.py)
     hold_at_steps: frozenset[int] = frozenset()
     """Step boundaries a switch was declared for in advance (``malleable train --rescale-at``):
@@ -97,6 +102,11 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.timeout_s={self.timeout_s!r}: must be a finite number > 0")
         if not (math.isfinite(self.data_timeout_s) and self.data_timeout_s > 0):
             raise ValueError(f"TrainConfig.data_timeout_s={self.data_timeout_s!r}: must be a finite number > 0")
+        wait = self.plan_wait_s
+        if wait is not None and not (isinstance(wait, (int, float)) and not isinstance(wait, bool) and math.isfinite(wait) and wait >= 2 * self.timeout_s):
+            # A recovery plan comes after the failed collective's control timeout and the members'
+            # reports (up to another control timeout): a shorter wait gives up on a plan on its way.
+            raise ValueError(f"TrainConfig.plan_wait_s={wait!r}: must be a finite number >= 2 x timeout_s ({2 * self.timeout_s:g}) or None")
         _int("broadcast_chunk_mb", self.broadcast_chunk_mb, 1)
         budget = self.noise_probe_budget
         if budget is not None and not (isinstance(budget, (int, float)) and not isinstance(budget, bool) and 0 < budget <= 1):

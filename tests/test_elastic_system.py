@@ -47,9 +47,9 @@ def client():
         yield c
 
 
-def _job(client, name, delays=None, **cfg):
+def _job(client, name, delays=None, steps=STEPS, **cfg):
     client.wait_for_workers(3, timeout=60)  # killed workers come back under nannies, not at once
-    config = TrainConfig(global_batch=BATCH, max_steps=STEPS, record_indices=True, timeout_s=20.0, **cfg)
+    config = TrainConfig(global_batch=BATCH, max_steps=steps, record_indices=True, timeout_s=20.0, **cfg)
     return JobCoordinator(client, WorkerPool(client), f"{name}-{time.monotonic_ns()}", ENTRY, config, delays=delays)
 
 
@@ -172,7 +172,8 @@ def test_checkpoint_restart_resumes_at_the_exact_step(client, reference, tmp_pat
 
 
 def test_injected_straggler_is_flagged_within_the_ewma_bound(client):
-    job = _job(client, "straggler", delays={0: 0.02, 1: 0.02, 2: 0.2})
+    # 4 x the bound (steps_to_flag(0.5) = 5): no later step changes the first flag; each costs 0.2 s.
+    job = _job(client, "straggler", delays={0: 0.02, 1: 0.02, 2: 0.2}, steps=4 * StragglerDetector.steps_to_flag(0.5))
     job.start(3)
     slow = job.members[2]
     result = job.wait(120)
@@ -207,14 +208,14 @@ def test_dask_executor_runs_the_allocator_loop_on_real_jobs(client):
 
     profile = make_profile("mlp", num_params=6_500, cap=128)
     jobs = [
-        make_job("a", profile, workload="mlp", total_samples=48_000, min_batch=32, max_batch=96, max_gpus=3),
+        make_job("a", profile, workload="mlp", total_samples=24_000, min_batch=32, max_batch=96, max_gpus=3),
         make_job("b", profile, workload="mlp", total_samples=6_000, min_batch=32, max_batch=96, max_gpus=3, arrival_time=1.0),
     ]
     executor = DaskExecutor(client, {"mlp": ENTRY})
     result = run_loop(jobs, make_policy("elastic_dp"), 3, WallClock(), executor, LoopSettings(interval_s=30.0))
     assert all(r.finish is not None and not r.dropped for r in result.jobs)
     for job_id, res in executor.results.items():
-        assert res.finished and res.samples_seen >= {"a": 48_000, "b": 6_000}[job_id]
+        assert res.finished and res.samples_seen >= {"a": 24_000, "b": 6_000}[job_id]
     kinds = {e.kind for e in result.events}
     # b's arrival shrinks a in place (a is long enough to be running then); a's completion grows b in place.
     assert {RescaleKind.START, RescaleKind.IN_PLACE} <= kinds and all(e.measured for e in result.events)

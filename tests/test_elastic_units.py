@@ -181,6 +181,19 @@ def test_config_and_plan_reject_bad_values():
     with pytest.raises(ValueError, match="Plan.source"):
         Plan(0, PlanKind.START, ("a",), 2, source="z")
     assert Plan(1, "rescale", ("a",), 4, source=FROM_CHECKPOINT).kind is PlanKind.RESCALE
+    for bad in (19.9, float("inf"), True):  # under two control timeouts (10 s each), not finite, a bool
+        with pytest.raises(ValueError, match=r"plan_wait_s=.*>= 2 x timeout_s \(20\)"):
+            TrainConfig(global_batch=8, max_steps=1, timeout_s=10.0, plan_wait_s=bad)
+
+
+def test_the_plan_wait_is_the_configured_one_else_a_minute_or_four_control_timeouts():
+    from elastic_tasks.coordinator.timeouts import plan_wait_s, rendezvous_wait_s
+
+    assert plan_wait_s(TrainConfig(global_batch=8, max_steps=1, timeout_s=10.0)) == 60.0  # the floor
+    assert plan_wait_s(TrainConfig(global_batch=8, max_steps=1, timeout_s=30.0)) == 120.0  # 4 collectives of 30 s
+    short = TrainConfig(global_batch=8, max_steps=1, timeout_s=10.0, plan_wait_s=20.0)
+    assert plan_wait_s(short) == 20.0 and rendezvous_wait_s(short, patient=True) == 20.0
+    assert rendezvous_wait_s(short, patient=False) == 10.0  # a running generation's switch: one control timeout
 
 
 class _RacingBoard:

@@ -27,6 +27,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 ENTRY = "elastic_tasks.examples.recipes:mlp_tiny"
 BATCH, STEPS = 24, 30
 CONTROL_S, DATA_S = 10.0, 600.0
+# The plan wait, a start's patient rendezvous included: 3 warmed-up local workers start their
+# ranks in seconds, so 30 s (the default: its 60 s floor) still waits for a slow start, and for a
+# recovery plan, which the coordinator publishes within CONTROL_S + 5 s of the first report.
+PLAN_WAIT_S = 30.0
 # Before the arrival barrier the peers sat the whole data timeout in gloo's connect.
 HANG_BOUND_S = DATA_S / 2
 
@@ -77,7 +81,9 @@ def late_rank(client):
 
 def _job(client, name, **cfg):
     client.wait_for_workers(3, timeout=60)
-    config = TrainConfig(global_batch=BATCH, max_steps=STEPS, record_indices=True, timeout_s=CONTROL_S, data_timeout_s=DATA_S, **cfg)
+    config = TrainConfig(
+        global_batch=BATCH, max_steps=STEPS, record_indices=True, timeout_s=CONTROL_S, data_timeout_s=DATA_S, plan_wait_s=PLAN_WAIT_S, **cfg
+    )
     return JobCoordinator(client, WorkerPool(client), f"{name}-{time.monotonic_ns()}", ENTRY, config, delays={i: 0.05 for i in range(4)})
 
 
@@ -95,7 +101,7 @@ def _assert_every_sample_once(result):
 
 def test_rank_0_never_checks_in_at_the_start_the_other_two_train_on(client, late_rank):
     # Rank 0 hosts the store: it opened the rendezvous, then checks in only after its peers
-    # (a start's ranks wait the plan wait, 60 s here, as some may still be starting) and the
+    # (a start's ranks wait the plan wait, PLAN_WAIT_S here, as some may still be starting) and the
     # coordinator (10 s + 5 s for its report) have given up on it.
     late_rank(0, 0, 100)
     job = _job(client, "late-host")

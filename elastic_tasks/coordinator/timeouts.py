@@ -31,7 +31,9 @@ def startup_s(config: TrainConfig) -> float:
 
 
 def plan_wait_s(config: TrainConfig) -> float:
-    """The longest a rank waits for the plan it is to join."""
+    """The longest a rank waits for the plan it is to join: ``config.plan_wait_s`` where set."""
+    if config.plan_wait_s is not None:
+        return config.plan_wait_s
     return max(PLAN_WAIT_FLOOR_S, COLLECTIVES_PER_SWITCH * config.timeout_s)
 
 

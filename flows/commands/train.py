@@ -62,6 +62,7 @@ _FLAGS = {
     "TrainConfig.checkpoint_every": "--checkpoint-every",
     "TrainConfig.timeout_s": "--timeout",
     "TrainConfig.data_timeout_s": "--data-timeout",
+    "TrainConfig.plan_wait_s": "--plan-wait",
 }
 
 
@@ -106,6 +107,7 @@ def train(
     seed: Annotated[int, typer.Option("--seed")] = 0,
     timeout_s: Annotated[float, typer.Option("--timeout", help="control plane: seconds for a rendezvous, a plan, or survivors to notice a lost peer")] = 60.0,
     data_timeout_s: Annotated[float, typer.Option("--data-timeout", help="data plane: seconds one gradient allreduce or state broadcast may take")] = 600.0,
+    plan_wait_s: Annotated[float | None, typer.Option("--plan-wait", help="seconds a rank waits for its plan or for peers still starting (default: max(60, 4 x --timeout); at least 2 x --timeout); lower on a small local cluster")] = None,
     preflight: Annotated[
         bool | None,
         typer.Option("--preflight/--no-preflight", help="one step of the recipe here, on the ranks' device, before any worker starts (default: MALLEABLE_PREFLIGHT, true)"),
@@ -149,6 +151,7 @@ def train(
             checkpoint_every=checkpoint_every,
             timeout_s=timeout_s,
             data_timeout_s=data_timeout_s,
+            plan_wait_s=plan_wait_s,
             hold_at_steps=declared_switches(schedule, gpus, restart),
         )
     except (EntryPointError, ValueError) as exc:  # SettingsError is a ValueError
