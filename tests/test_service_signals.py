@@ -32,16 +32,21 @@ def _handles(pid: int, sig: int) -> bool:
     return bool(caught >> (sig - 1) & 1)
 
 
-def _left_in_session(pid: int) -> list[int]:
-    time.sleep(1.0)
-    out = []
-    for p in psutil.process_iter():
-        try:
-            if os.getsid(p.pid) == pid:
-                out.append(p.pid)
-        except OSError:
-            continue
-    return out
+def _left_in_session(pid: int, bound_s: float = 15.0) -> list[str]:
+    """The service's session's processes still running ``bound_s`` after it exited (its cluster's
+    processes end after it; on a loaded box one took over a second): each as "pid status cmdline"."""
+    deadline = time.monotonic() + bound_s
+    while True:
+        out = []
+        for p in psutil.process_iter():
+            try:
+                if os.getsid(p.pid) == pid and p.status() != psutil.STATUS_ZOMBIE:
+                    out.append(f"{p.pid} {p.status()} {' '.join(p.cmdline())[:120]}")
+            except (OSError, psutil.Error):
+                continue
+        if not out or time.monotonic() > deadline:
+            return out
+        time.sleep(0.2)
 
 
 def _running_with_progress(start, store_url, env):
