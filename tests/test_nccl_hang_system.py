@@ -24,15 +24,14 @@ HANG_BOUND_S = 400  # generous: only catches a hang of the whole run
 
 
 def _dask_workers(proc: psutil.Process) -> list[psutil.Process]:
-    """The CLI's worker processes: its nannies live in it, and each worker is forked by the CLI's
-    fork server (deploy/forkserver.py), whose children share its command line."""
+    """The CLI's worker processes: its nannies live in it and spawn one child per worker."""
     found = []
     for child in proc.children(recursive=True):
         try:
-            parent = " ".join(child.parent().cmdline())
-        except (psutil.Error, AttributeError):
+            cmd = " ".join(child.cmdline())
+        except psutil.Error:
             continue
-        if "multiprocessing.forkserver import main" in parent:
+        if "spawn_main" in cmd and "resource_tracker" not in cmd:
             found.append(child)
     return found
 
