@@ -187,7 +187,10 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark(
         "gpu_validation", "benchmarks/gpu_validation.py", quick=("--budget", "420"), needs=("gpu",), quick_timeout_s=480,
         summary="the product on a lent GPU: elastic vs plain DDP step, rescales, memory (issue 34.7)",
-        figures=(_f("verdict", "==", "pass", "issue 34"),),
+        figures=(
+            _f("verdict", "==", "pass", "issue 34"),
+            _f("checks.elastic_vs_ddp.figures.elastic_over_plain", "<=", 1.02, "issue 34"),
+        ),
     ),
     Benchmark(
         "control_plane", "benchmarks/control_plane_bench.py", quick=(), landing="issue 33",
