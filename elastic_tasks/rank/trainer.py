@@ -53,8 +53,7 @@ from elastic_tasks.protocol import (
 )
 from elastic_tasks.devices import default_backend, rank_device
 from elastic_tasks.rank.evaluation.evaluate import RankEvaluation
-from elastic_tasks.rank.ddp import rank_ddp
-from elastic_tasks.rank.forward import RecipeStep
+from elastic_tasks.rank.forward import rank_ddp
 from elastic_tasks.rank.health.hang_watch import HangWatch, simulate_hang_requested
 from elastic_tasks.rank.data.loader import RankLoader
 from elastic_tasks.rank.noise.probe_schedule import SampleSchedule
@@ -225,7 +224,7 @@ class _Rank(StepWork):
         # DDP's parameter check is nccl's first collective, which creates the communicator: data plane.
         with self.watch.data_plane(plan.version, "DDP set-up"), collective(f"DDP set-up of generation {plan.version}"):
             # The whole recipe step runs inside DDP's forward; step_fn gets the raw model (rank/forward.py).
-            self.ddp = rank_ddp(RecipeStep(self.state.model, self.recipe))
+            self.ddp = rank_ddp(self.state.model, self.recipe)
         gradient_hook.install(self.ddp, self.watch.waits, self.witness)
         self.report.switched(plan, self.state.meta, self.rank, self.world, time.time() - t_stop, plan.source)
 
