@@ -200,6 +200,10 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark(
         "step_work", "benchmarks/step_work_bench.py", quick=(), landing="issue 34",
         summary="work per step of the elastic trainer vs plain DDP: host syncs, passes, ops (issue 34)",
+        figures=(
+            _f("r1_off_cpu_median_ms", "<=", 0.25, "issue 34 (a quiet box)"), _f("r1_off_kernel_ops", "<=", 8, "issue 34"),
+            _f("r1_off_host_syncs_elastic", "==", 0, "issue 34"),
+        ),
     ),
 )
 
