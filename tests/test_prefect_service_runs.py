@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -62,8 +63,16 @@ def _api(env: dict[str, str], path: str, body: dict | None = None):  # noqa: ANN
     request = urllib.request.Request(
         env["PREFECT_API_URL"] + path, data=None if body is None else json.dumps(body).encode(), headers={"Content-Type": "application/json"}
     )
-    with urllib.request.urlopen(request, timeout=60) as answer:
-        return json.loads(answer.read())
+    # A busy server answers 503 (its database timed out: seen under load) or 429/502; Prefect's own
+    # client retries those with a back-off, so the questions asked here do too, a bounded number of times.
+    for attempt in range(6):
+        try:
+            with urllib.request.urlopen(request, timeout=60) as answer:
+                return json.loads(answer.read())
+        except urllib.error.HTTPError as exc:
+            if exc.code not in (429, 502, 503) or attempt == 5:
+                raise
+            time.sleep(min(2**attempt, 10))
 
 
 def _artifacts(env: dict[str, str], flow_run: str) -> dict[str, str]:
