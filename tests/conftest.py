@@ -12,6 +12,7 @@ import functools
 import json
 import math
 import os
+import shutil
 import tempfile
 import warnings
 from collections.abc import Callable
@@ -68,6 +69,7 @@ def prefect_harness(prefect_db_template: Path):
                     stack.enter_context(harness.prefect_test_harness(server_startup_timeout=120))
                 break
             except httpx.TransportError:
+                shutil.rmtree(seeded, ignore_errors=True)  # the failed start's copy: the harness did not take it
                 if attempt == 2:
                     raise
         from prefect.settings import PREFECT_SERVER_DATABASE_CONNECTION_URL
