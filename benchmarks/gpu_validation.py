@@ -182,8 +182,8 @@ def _end_session(sid: int, grace_s: float) -> int:
 
 def _run_child(argv: list[str], name: str, timeout_s: float, env: dict[str, str]) -> dict[str, object]:
     cmd = [sys.executable, str(Path(__file__).resolve()), *argv, "--child", name]
-    # Output to a file, not a pipe, and the check's whole session ended after it: a Dask worker its
-    # check left behind (seen once, with a forked worker in a process group of its own) outlived a
+    # Output to a file, not a pipe, and the check's session ended after it: a Dask worker leads a
+    # process group of its own (deploy/forkserver.py), so a worker its check left behind outlived a
     # killpg of the check's group and, holding the pipe open, kept the run waiting for ever.
     with tempfile.TemporaryFile("w+") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO, start_new_session=True)

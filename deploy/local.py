@@ -18,9 +18,10 @@ from contextlib import contextmanager
 
 import dask
 import distributed.deploy.subprocess
-from distributed import LocalCluster, Nanny, Scheduler, SpecCluster
+from distributed import LocalCluster, Nanny, Scheduler, SpecCluster, Worker
 from distributed.deploy.subprocess import SubprocessCluster
 
+from deploy.forkserver import FORKSERVER, ExactEnvironWorker, preloaded_forkserver
 from deploy.worker_env import conceal_secrets, worker_environ
 from elastic_tasks.devices import GPU_RESOURCE, cuda_worker_env
 
@@ -71,7 +72,8 @@ def training_worker_config() -> dict:
 
 class TrainingNanny(Nanny):
     """A nanny living in the caller's process (``LocalCluster``, ``SpecCluster``) whose worker is
-    non-daemonic (and unprofiled) at every start, restarts included.
+    non-daemonic (and unprofiled) at every start, restarts included, and forked from a server
+    that imported the training code once rather than spawned afresh.
 
     Such a nanny reads ``distributed.worker.daemon`` from the caller's config whenever it
     (re)starts its worker, long after the ``dask.config.set`` block that built the cluster has
@@ -81,7 +83,16 @@ class TrainingNanny(Nanny):
     """
 
     async def instantiate(self):  # type: ignore[no-untyped-def]  # noqa: ANN201 - distributed's signature
-        with dask.config.set({"distributed.worker.daemon": False, **NO_WORKER_PROFILER, **QUIET_TICK}):
+        # Forked from a server that imported torch once (deploy/forkserver.py), with the environment
+        # a spawned child would start with now: this process's, less its secrets, plus the nanny's.
+        if self.Worker is Worker:
+            self.Worker = ExactEnvironWorker
+        environ = {**worker_environ(), **self.pre_spawn_env, **self.env}
+        self.worker_kwargs["environ"] = environ
+        if self.process is not None:  # a restart reuses the first start's arguments
+            self.process.worker_kwargs["environ"] = environ
+        with dask.config.set({"distributed.worker.daemon": False, **NO_WORKER_PROFILER, **QUIET_TICK, **FORKSERVER}):
+            preloaded_forkserver()
             return await super().instantiate()
 
 

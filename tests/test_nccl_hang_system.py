@@ -24,14 +24,15 @@ HANG_BOUND_S = 400  # generous: only catches a hang of the whole run
 
 
 def _dask_workers(proc: psutil.Process) -> list[psutil.Process]:
-    """The CLI's worker processes: its nannies live in it and spawn one child per worker."""
+    """The CLI's worker processes: its nannies live in it, and each worker is forked by the CLI's
+    fork server (deploy/forkserver.py), whose children share its command line."""
     found = []
     for child in proc.children(recursive=True):
         try:
-            cmd = " ".join(child.cmdline())
-        except psutil.Error:
+            parent = " ".join(child.parent().cmdline())
+        except (psutil.Error, AttributeError):
             continue
-        if "spawn_main" in cmd and "resource_tracker" not in cmd:
+        if "multiprocessing.forkserver import main" in parent:
             found.append(child)
     return found
 
