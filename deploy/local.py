@@ -12,6 +12,7 @@ Clusters are built inside functions (never at import) so spawned workers can imp
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -102,6 +103,29 @@ def _worker_config(extra_env: dict[str, str] | None) -> dict:
     return {"distributed.nanny.pre-spawn-environ": environ, "distributed.worker.daemon": False, **NO_WORKER_PROFILER, **QUIET_TICK}
 
 
+class _CancelledWaitFilter(logging.Filter):
+    """Drops the record of a scheduler-side wait cancelled by the scheduler's own close.
+
+    A rank's plan watcher long-polls a Dask ``Event`` on the scheduler (``Board.wait_published``,
+    up to 2 s) and may still be waiting when the job ends; a cluster closed within that time
+    cancels the wait, and distributed logs the cancellation as an ERROR with a traceback
+    (``distributed.event``) on the terminal of the process hosting the scheduler — ours, for a
+    ``LocalCluster``. Nothing failed: the cluster was closed on purpose. Other errors stay."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], asyncio.CancelledError))
+
+
+_CANCELLED_WAIT = _CancelledWaitFilter()
+
+
+def quiet_cancelled_waits() -> None:
+    """Installs the filter above on ``distributed.event`` once per process (idempotent)."""
+    logger = logging.getLogger("distributed.event")
+    if _CANCELLED_WAIT not in logger.filters:
+        logger.addFilter(_CANCELLED_WAIT)
+
+
 def local_gpu_cluster(
     n_workers: int, *, threads_per_worker: int = 1, memory_limit: str | int | None = 0, env: dict[str, str] | None = None,
     log_level: int = 40,
@@ -114,6 +138,7 @@ def local_gpu_cluster(
     if not (isinstance(n_workers, int) and n_workers >= 1):
         raise ValueError(f"n_workers={n_workers!r}: must be a positive integer")
     conceal_secrets()  # nannies here spawn (and restart) workers that inherit the C environment
+    quiet_cancelled_waits()  # the scheduler lives in this process
     visible = visible_cuda_devices()
     if visible:
         return local_cuda_cluster(n_workers, visible, threads_per_worker=threads_per_worker, memory_limit=memory_limit, env=env)
