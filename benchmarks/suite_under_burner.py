@@ -1,12 +1,15 @@
-"""The README's test command, run N times while a CPU burner holds one core (issue 39).
+"""The README's test command, run N times while CPU burners hold cores (issue 39).
 
 A test that waits on a fixed timeout passes on an idle box and fails on a loaded one, which is
-where CI runs. This occupies one core with a busy loop for the whole time (a separate process at
-normal priority) and runs `python -m pytest` (the README's command: parallel, everything CI runs)
-``--runs`` times, printing each run's result, duration and pass/fail counts.
+where CI runs. This occupies ``--burners`` cores (default 1) with busy loops for the whole time
+(separate processes at normal priority) and runs `python -m pytest` (the README's command:
+parallel, everything CI runs) ``--runs`` times, printing each run's result, duration and
+pass/fail counts. ``--burners 0`` times the suite on the box as it is (the idle figure).
+Each invocation writes a results file under benchmarks/results/ (``python -m benchmarks
+compare`` reads it): the command, commit, machine, load and every run's figures.
 
-Run: python benchmarks/suite_under_burner.py [--runs 3] [-- extra pytest args]
-Last line: {"runs": N, "passed_runs": k, "minutes": [...], "failed_tests": [...]}
+Run: python benchmarks/suite_under_burner.py [--runs 3] [--burners 1] [-- extra pytest args]
+Last line: {"runs": N, "passed_runs": k, "burners": b, "max_minutes": m, "minutes": [...], "failed_tests": [...]}
 """
 
 from __future__ import annotations
@@ -18,9 +21,13 @@ import re
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.harness import results  # noqa: E402 - after the path: run as a script
 
 
 def _burn() -> None:
@@ -28,22 +35,49 @@ def _burn() -> None:
         pass
 
 
+def _run_suite(pytest_args: list[str]) -> tuple[subprocess.CompletedProcess, float]:
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *pytest_args], cwd=ROOT, capture_output=True, text=True)
+    return done, (time.monotonic() - start) / 60
+
+
+def _record(argv: list[str], figures: dict, started: str, load_before: list[float] | None, out_dir: Path) -> Path:
+    command = " ".join(["python benchmarks/suite_under_burner.py", *argv])
+    entry = {
+        "name": "suite_under_burner", "script": "benchmarks/suite_under_burner.py", "command": command,
+        "status": "ok" if figures["passed_runs"] == figures["runs"] else "failed", "reason": "", "exit_code": None,
+        "wall_s": round(sum(figures["minutes"]) * 60, 1), "figures": figures, "targets": {}, "output_tail": "",
+    }  # fmt: skip
+    record = {
+        "schema": results.SCHEMA, "source": command, "started_at": started, "date": started[:10],
+        "commit": results.git_commit(ROOT), "machine": results.machine(), "load_avg_before": load_before,
+        "load_avg_after": results.load_avg(), "nice": None, "quick": False, "wall_s": entry["wall_s"],
+        "note": f"the README's test command, {figures['runs']} run(s) beside {figures['burners']} CPU burner(s)", "benchmarks": [entry],
+    }  # fmt: skip
+    return results.write(record, out_dir, datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-suite")
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--burners", type=int, default=1, help="cores held busy meanwhile (0: none, the idle figure)")
+    parser.add_argument("--out", type=Path, default=results.RESULTS, help="folder for the results file")
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error(f"--runs={args.runs}: must be at least 1")
-    burner = multiprocessing.get_context("spawn").Process(target=_burn, daemon=True)
-    burner.start()
+    if args.burners < 0:
+        parser.error(f"--burners={args.burners}: must be 0 or more")
+    started, load_before = datetime.now(UTC).isoformat(timespec="seconds"), results.load_avg()
+    burners = [multiprocessing.get_context("spawn").Process(target=_burn, daemon=True) for _ in range(args.burners)]
+    for burner in burners:
+        burner.start()
     minutes, failed, passed_runs = [], [], 0
     try:
         for i in range(args.runs):
-            start = time.monotonic()
-            done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args.pytest_args], cwd=ROOT, capture_output=True, text=True)
-            took = (time.monotonic() - start) / 60
-            minutes.append(round(took, 1))
+            done, took = _run_suite(args.pytest_args)
+            minutes.append(round(took, 2))
             summary = next((line for line in reversed(done.stdout.splitlines()) if re.search(r"\d+ (passed|failed)", line)), "no summary")
             failures = re.findall(r"^FAILED (\S+)", done.stdout, flags=re.M)
             failed.extend(failures)
@@ -52,9 +86,16 @@ def main(argv: list[str] | None = None) -> int:
             for f in failures:
                 print(f"  failed: {f}", flush=True)
     finally:
-        burner.terminate()
-        burner.join(5)
-    print(json.dumps({"runs": args.runs, "passed_runs": passed_runs, "minutes": minutes, "failed_tests": failed}))
+        for burner in burners:
+            burner.terminate()
+            burner.join(5)
+    figures = {
+        "runs": args.runs, "passed_runs": passed_runs, "burners": args.burners, "max_minutes": max(minutes),
+        "minutes": minutes, "failed_tests": failed,
+    }  # fmt: skip
+    written = _record(argv, figures, started, load_before, args.out)
+    print(f"results: {written.relative_to(ROOT) if written.is_relative_to(ROOT) else written}")
+    print(json.dumps(figures))
     return 0 if passed_runs == args.runs else 1
 
 
