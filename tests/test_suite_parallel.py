@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -46,9 +47,10 @@ def test_workers_as_chosen_none_nested_and_named_paths_serial(tmp_path):
     (project / "tests" / "test_probe.py").write_text(PROBE)
 
     default, ids = _pytest(project, workers=None)  # the README's form: no paths
-    assert default.returncode == 0 and "3 workers" in default.stdout, default.stdout[-2000:] + default.stderr[-2000:]
-    # Whole files per worker: both tests in one worker, and only the three workers exist at all.
-    assert len(ids) == 1 and ids <= {"gw0", "gw1", "gw2"}, ids
+    n = int(re.search(r"^DEFAULT_WORKERS = (\d+)$", CONFTEST.read_text(), flags=re.M).group(1))
+    assert n > 1 and default.returncode == 0 and f"{n} workers" in default.stdout, default.stdout[-2000:] + default.stderr[-2000:]
+    # Whole files per worker: both tests in one worker, and only the default's workers exist at all.
+    assert len(ids) == 1 and ids <= {f"gw{i}" for i in range(n)}, ids
     two, ids = _pytest(project, workers="2")
     assert two.returncode == 0 and "2 workers" in two.stdout and len(ids) == 1 and ids <= {"gw0", "gw1"}, (two.stdout[-2000:], ids)
     named, ids = _pytest(project, "tests/test_probe.py", workers=None)
