@@ -17,7 +17,10 @@ from tests.paced_recipe import ENTRY as PACED, PACE_FILE_ENV
 from tests.service_process import entry, service_env, wait_until  # noqa: F401  (service_env is a fixture)
 
 pytestmark = pytest.mark.slow
-INTERVAL_S = 5.0
+# The decision interval Δ: with MALLEABLE_REACT=false each step of the scenario (A's start, the
+# shrink for B, the growth after B) waits for the next tick; 2 s keeps that wait short and still
+# leaves ticks apart (a decision over two jobs takes milliseconds).
+INTERVAL_S = 2.0
 TEAMS = "teams:\n  a: {quota: 1, members: [alice]}\n  b: {quota: 3, members: [bob]}\n"
 
 
