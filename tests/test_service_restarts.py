@@ -27,12 +27,13 @@ def test_a_killed_service_and_a_stopped_one_lose_no_job_and_run_none_twice(servi
     # Submitted before any service runs: the store keeps them.
     # Paced from the crash until the second service has stopped (tests/paced_recipe.py): it outlasts
     # the crash, the orphaned ranks' training until the next service adopts them and that service's
-    # resume whatever the box's speed (its last 80k samples last >= 160 s paced), and the third
-    # service trains the rest at full speed while the test waits.
+    # resume whatever the box's speed (its last 40k samples last >= 80 s paced on two ranks; that
+    # stretch took 17 s at load 26), and the third service trains the rest at full speed while the
+    # test waits. "waits" only has to queue behind it, then run: a few dozen steps are enough.
     pace = cwd / "pace"
     env[PACE_FILE_ENV] = str(pace)
-    long_job = client.submit(entry("long", 100_000, workload=PACED)).job_id
-    waits = client.submit(entry("waits", 20_000, min_gpus=2, max_gpus=2, min_batch=64)).job_id
+    long_job = client.submit(entry("long", 60_000, workload=PACED)).job_id
+    waits = client.submit(entry("waits", 4_000, min_gpus=2, max_gpus=2, min_batch=64)).job_id
 
     svc = start()
     # Far more than a restart from zero would redo before its first report (checkpoints: every 50 steps).
