@@ -53,6 +53,18 @@ def _prefect(env: dict[str, str], *args: str, timeout: float = 120) -> subproces
     return done
 
 
+def _prefect_side_by_side(env: dict[str, str], *commands: tuple[str, ...], timeout: float = 120) -> list[str]:
+    """The stdout of independent read-only ``prefect`` commands, run at once: each process spends
+    seconds importing prefect, which they need not do one after another."""
+    started = [subprocess.Popen([str(BIN / "prefect"), *args], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for args in commands]
+    outs = []
+    for args, process in zip(commands, started):
+        out, err = process.communicate(timeout=timeout)
+        assert process.returncode == 0, f"prefect {' '.join(args)} -> {process.returncode}\n{out}\n{err}"
+        outs.append(out)
+    return outs
+
+
 def _wait_healthy(url: str, server: subprocess.Popen, limit_s: float = 120) -> None:
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
@@ -93,6 +105,16 @@ def test_deploy_md_walk_through(tmp_path, migrated_prefect_home):
     try:
         _wait_healthy(api, server)
         _prefect(env, "work-pool", "create", "malleable-process", "--type", "process")
+        state = tmp_path / "worker-state"
+        # The worker waits on the pool from here on: its start-up (importing prefect) overlaps the
+        # deploy; it asks for scheduled runs every 2 s (default 10 s), so the run starts soon after it is made.
+        worker_env = dict(
+            env, MALLEABLE_HOME=str(ROOT), MALLEABLE_STATE_DIR=str(state), MALLEABLE_WORKERS="2", MALLEABLE_EXPERIMENT="deploy-walk", PREFECT_WORKER_QUERY_SECONDS="2"
+        )  # fmt: skip
+        worker = subprocess.Popen(
+            [str(BIN / "prefect"), "worker", "start", "--pool", "malleable-process", "--type", "process", "--limit", "1"],
+            cwd=tmp_path, env=worker_env, stdout=open(tmp_path / "worker.log", "w"), stderr=subprocess.STDOUT,
+        )  # fmt: skip
         deployed = _prefect(env, "deploy", "--all", timeout=180)
         for name in ("nightly-retrain", "cluster-run", "seed000-reproduction"):
             assert name in deployed.stdout, deployed.stdout
@@ -103,12 +125,6 @@ def test_deploy_md_walk_through(tmp_path, migrated_prefect_home):
 
         jobs = tmp_path / "jobs.yaml"
         jobs.write_text(TINY_JOBS)
-        state = tmp_path / "worker-state"
-        worker_env = dict(env, MALLEABLE_HOME=str(ROOT), MALLEABLE_STATE_DIR=str(state), MALLEABLE_WORKERS="2", MALLEABLE_EXPERIMENT="deploy-walk")
-        worker = subprocess.Popen(
-            [str(BIN / "prefect"), "worker", "start", "--pool", "malleable-process", "--type", "process", "--limit", "1"],
-            cwd=tmp_path, env=worker_env, stdout=open(tmp_path / "worker.log", "w"), stderr=subprocess.STDOUT,
-        )  # fmt: skip
         run = subprocess.run(
             [str(BIN / "prefect"), "deployment", "run", "cluster/cluster-run",
              "--param", f"jobs_file={jobs}", "--param", "interval_s=2", "--watch", "--watch-timeout", "300"],
@@ -121,16 +137,17 @@ def test_deploy_md_walk_through(tmp_path, migrated_prefect_home):
         # The run recorded where the worker's settings say, not under the checkout.
         assert (state / "mlflow.db").is_file()
 
-        flow_runs = _prefect(env, "flow-run", "ls").stdout
-        assert "COMPLETED" in flow_runs.upper(), flow_runs
         run_id = re.search(r"UUID: ([0-9a-f-]{36})", run.stdout).group(1)
-        logs = _prefect(env, "flow-run", "logs", run_id).stdout
+        # The listing commands are independent reads: asked side by side.
+        flow_runs, logs, artifacts, deployments, pools = _prefect_side_by_side(
+            env, ("flow-run", "ls"), ("flow-run", "logs", run_id), ("artifact", "ls"), ("deployment", "ls"), ("work-pool", "ls")
+        )
+        assert "COMPLETED" in flow_runs.upper(), flow_runs
         assert "tiny:" in logs, logs  # the loop's rescale lines, printed by the flow
-        artifacts = _prefect(env, "artifact", "ls").stdout
         for key in ("cluster-schedule", "cluster-results", "cluster-summary"):
             assert key in artifacts, artifacts
-        assert "cluster-run" in _prefect(env, "deployment", "ls").stdout
-        assert "malleable-process" in _prefect(env, "work-pool", "ls").stdout
+        assert "cluster-run" in deployments
+        assert "malleable-process" in pools
     finally:
         if worker is not None:
             _stop(worker)

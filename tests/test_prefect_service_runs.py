@@ -109,12 +109,13 @@ def test_cluster_run_through_a_live_service_fails_on_a_failed_job_and_is_compara
         service = ServiceProcess(tmp_path, team)
         _wait_healthy(api, server, limit_s=600)
         _prefect(env, "work-pool", "create", "malleable-process", "--type", "process")
-        _prefect(env, "deploy", "--name", "cluster-run", timeout=600)
         worker = subprocess.Popen(
             [str(BIN / "prefect"), "worker", "start", "--pool", "malleable-process", "--type", "process", "--limit", "1"],
             # Asks for scheduled runs every 2 s (default 10 s): a run starts soon after it is made.
+            # Started before the deploy, so that its start-up (importing prefect) overlaps it.
             cwd=tmp_path, env=dict(team, MALLEABLE_HOME=str(ROOT), PREFECT_WORKER_QUERY_SECONDS="2"), stdout=open(tmp_path / "worker.log", "w"), stderr=subprocess.STDOUT,
         )  # fmt: skip
+        _prefect(env, "deploy", "--name", "cluster-run", timeout=600)
         service.wait_for_line("serving", timeout=600)
 
         failed_state, failed_run = _deployment_run(env, tmp_path / "failing.yaml")
