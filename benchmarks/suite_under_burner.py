@@ -20,6 +20,7 @@ import multiprocessing
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -74,15 +75,18 @@ def main(argv: list[str] | None = None) -> int:
     for burner in burners:
         burner.start()
     minutes, failed, passed_runs = [], [], 0
+    # Each run's whole output, for the failures' details (kept out of the repository: it is large).
+    logs = Path(tempfile.mkdtemp(prefix="malleable-suite-"))
     try:
         for i in range(args.runs):
-            done, took = _run_suite(args.pytest_args)
+            done, took = _run_suite(["-rfE", *args.pytest_args])
             minutes.append(round(took, 2))
-            summary = next((line for line in reversed(done.stdout.splitlines()) if re.search(r"\d+ (passed|failed)", line)), "no summary")
-            failures = re.findall(r"^FAILED (\S+)", done.stdout, flags=re.M)
+            (logs / f"run-{i + 1}.txt").write_text(done.stdout + done.stderr)
+            summary = next((line for line in reversed(done.stdout.splitlines()) if re.search(r"\d+ (passed|failed|errors?)", line)), "no summary")
+            failures = re.findall(r"^(?:FAILED|ERROR) (\S+)", done.stdout, flags=re.M)
             failed.extend(failures)
             passed_runs += done.returncode == 0
-            print(f"run {i + 1}/{args.runs}: exit {done.returncode} in {took:.1f} min — {summary.strip('= ')}", flush=True)
+            print(f"run {i + 1}/{args.runs}: exit {done.returncode} in {took:.1f} min — {summary.strip('= ')} (output: {logs / f'run-{i + 1}.txt'})", flush=True)
             for f in failures:
                 print(f"  failed: {f}", flush=True)
     finally:
