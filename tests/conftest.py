@@ -34,7 +34,8 @@ def prefect_db_template(request: pytest.FixtureRequest, tmp_path_factory: pytest
     Prefect release and kept in pytest's cache: later sessions and parallel workers copy it."""
     from tests.prefect_homes import migrated_template
 
-    cache = request.config.cache
+    # `-p no:cacheprovider` leaves the config without a cache attribute at all (not None).
+    cache = getattr(request.config, "cache", None)
     return migrated_template(cache.mkdir("prefect-db") if cache is not None else tmp_path_factory.mktemp("prefect-db"))
 
 
