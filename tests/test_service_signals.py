@@ -54,8 +54,8 @@ def _running_with_progress(start, store_url, env):
     store = JobStore(store_url)
     job = ServiceClient(store).submit(entry("long", 5_000_000, max_gpus=1)).job_id
     svc = start()
-    # Stepping (some 16 steps in; not necessarily past a periodic checkpoint: the stop takes one).
-    wait_until(lambda: store.job(job).state is JobState.RUNNING and store.job(job).samples_done > 1_000, 180, "the job training", store)
+    # Stepping (some 80 steps in; not necessarily past a periodic checkpoint: the stop takes one).
+    wait_until(lambda: store.job(job).state is JobState.RUNNING and store.job(job).samples_done > 5_000, 180, "the job training", store)
     return svc, store, job
 
 
