@@ -7,6 +7,7 @@ busy loops are counted as live processes while the suite runs (the probe test se
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -34,7 +35,7 @@ FAILING = "def test_fails():\n    assert 1 == 2\n"
 
 def _run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
     out_dir = tmp_path / "results"
-    env = {**__import__("os").environ, "BURNERS_SEEN": str(tmp_path / "seen")}
+    env = {**os.environ, "BURNERS_SEEN": str(tmp_path / "seen")}
     done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out_dir), *args], cwd=ROOT, capture_output=True, text=True, timeout=240, env=env)
     (written,) = out_dir.glob("*-suite.json")
     return done, json.loads(written.read_text())
