@@ -176,6 +176,14 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         ),
     ),
     Benchmark(
+        "cluster_start", "benchmarks/cluster_start_bench.py", quick=("--repeats", "1"), quick_timeout_s=120,
+        summary="the CLI's local cluster to warm: every nanny in one process, workers forked, vs one spawned process per worker",
+        figures=(
+            _f("grouped_start_s"), _f("grouped_start_cpu_s"), _f("spawned_start_cpu_s"),
+            _f("cpu_ratio", note="spawned over grouped, side by side"),
+        ),
+    ),
+    Benchmark(
         "pollux_trace", "benchmarks/pollux_trace_bench.py", full=("--pollux", "adaptdl/simulator", "--workers", "2"), quick=None,
         quick_skip="8 workloads x 160 jobs per policy: tens of minutes", needs=("pollux",),
         summary="Pollux's OSDI'21 workloads replayed, ours over Pollux's published JCTs (issue 38)",
