@@ -274,7 +274,7 @@ class _SpawnInOwnGroup:
 
 @contextmanager
 def _own_process_groups() -> Iterator[None]:
-    # distributed's SubprocessCluster offers no hook for Popen arguments; swap the module's view
+    # distributed's SubprocessScheduler offers no hook for Popen arguments; swap the module's view
     # of asyncio only while the cluster starts its processes, then put it back.
     module = distributed.deploy.subprocess
     before = module.asyncio
