@@ -141,6 +141,11 @@ def _here(check, have: int) -> tuple[str, str]:  # noqa: ANN001 - a gpu_checks.C
 
 def _child(args: argparse.Namespace) -> None:
     """Run one check in this process; its outcome is the last line."""
+    import faulthandler
+
+    # A check that runs out of time is asked for its threads' stacks before it is killed (_run_child):
+    # where it waited is what a timed-out check's report needs.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     from gpu_checks import CHECKS, Skip
 
     check = next(c for c in CHECKS if c.name == args.child)
@@ -192,12 +197,14 @@ def _run_child(argv: list[str], name: str, timeout_s: float, env: dict[str, str]
             timed_out = False
         except subprocess.TimeoutExpired:
             timed_out = True
+            proc.send_signal(signal.SIGUSR1)  # the check's stacks into its log (_child), then the kill
+            time.sleep(1.0)
         left = _end_session(proc.pid, 0 if timed_out else 2.0) - (1 if timed_out else 0)  # less the check itself, if it ran on
         proc.wait()
         log.seek(0)
         out = log.read()
     if timed_out:
-        return {"error": f"timed out after {timeout_s:g} s"}
+        return {"error": f"timed out after {timeout_s:g} s", "output_tail": out[-4000:]}
     lines = [ln for ln in out.splitlines() if ln.startswith(RESULT)]
     if not lines:
         tail = " | ".join(out.strip().splitlines()[-3:])
@@ -270,6 +277,8 @@ def main(argv: list[str]) -> None:
         checks[c.name] = {"status": status, "seconds": seconds, **out}
         detail = out.get("error") or (f"failed: {', '.join(failed)}" if failed else f"{len(criteria)} criteria hold")  # type: ignore[arg-type]
         print(f"{status.upper()} {c.name} ({seconds:g} s): {detail}" + (f"; not here: {out['skipped_parts']}" if out.get("skipped_parts") else ""), flush=True)
+        if out.get("output_tail"):  # a timed-out check: the end of its output, its stacks included
+            print(f"--- the end of {c.name}'s output ---\n{out['output_tail']}\n--- end ---", flush=True)
     derived = _derived(checks)
     ran = [v["status"] for v in checks.values()]  # type: ignore[index]
     verdict = "pass" if ran and "fail" not in ran else "fail"

@@ -60,6 +60,9 @@ def test_a_check_past_its_limit_fails_alone_and_the_verdict_says_so():
     assert summary["checks"]["environment"]["criteria"]["nccl_error_mode_0"]["value"] == "0"
     stuck = summary["checks"]["elastic_vs_ddp"]
     assert stuck["status"] == "fail" and stuck["error"] == "timed out after 2 s"
+    # ... and says where it was: its threads' stacks, in its output's end, printed and kept.
+    assert "most recent call first" in stuck["output_tail"], stuck["output_tail"]
+    assert "--- the end of elastic_vs_ddp's output ---" in out.stdout and "gpu_validation.py" in stuck["output_tail"]
     assert summary["verdict"] == "fail"
 
 
@@ -72,7 +75,7 @@ def test_cpu_path_runs_the_product_and_lists_the_gpu_only_parts():
     )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     summary = _last_json(out)
-    assert summary["verdict"] == "pass", out.stdout[-3000:]
+    assert summary["verdict"] == "pass", "\n".join(out.stdout.splitlines()[:-1])[-6000:]
     assert summary["cuda"] is False and summary["gpus"] == 0
     assert set(summary["skipped"]) == {"amp"} and "needs 1 CUDA device" in summary["skipped"]["amp"]
     checks = summary["checks"]
