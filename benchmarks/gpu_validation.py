@@ -204,7 +204,7 @@ def _run_child(argv: list[str], name: str, timeout_s: float, env: dict[str, str]
         log.seek(0)
         out = log.read()
     if timed_out:
-        return {"error": f"timed out after {timeout_s:g} s", "output_tail": out[-4000:]}
+        return {"error": f"timed out after {timeout_s:g} s", "output_tail": out[-8000:]}
     lines = [ln for ln in out.splitlines() if ln.startswith(RESULT)]
     if not lines:
         tail = " | ".join(out.strip().splitlines()[-3:])

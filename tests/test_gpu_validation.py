@@ -61,8 +61,9 @@ def test_a_check_past_its_limit_fails_alone_and_the_verdict_says_so():
     stuck = summary["checks"]["elastic_vs_ddp"]
     assert stuck["status"] == "fail" and stuck["error"] == "timed out after 2 s"
     # ... and says where it was: its threads' stacks, in its output's end, printed and kept.
-    assert "most recent call first" in stuck["output_tail"], stuck["output_tail"]
-    assert "--- the end of elastic_vs_ddp's output ---" in out.stdout and "gpu_validation.py" in stuck["output_tail"]
+    # (where the check was: a frame of its main thread, whatever it was importing or waiting on)
+    assert 'gpu_validation.py", line' in stuck["output_tail"], stuck["output_tail"]
+    assert "--- the end of elastic_vs_ddp's output ---" in out.stdout
     assert summary["verdict"] == "fail"
 
 
