@@ -50,8 +50,10 @@ def test_a_team_takes_its_quota_back_by_shrinking_the_borrower_in_place_and_the_
     assert [(r.kind, r.gpus) for r in store.allocations(b)] == [("start", 3)]
 
     # When: one interval (plus the poll that reads the submission), then the shrink and the start.
-    mlflow = MlflowClient(f"sqlite:///{(cwd / 'state' / 'mlflow.db').resolve()}")
     wait_until(lambda: store.job(a).mlflow_run_id and store.job(b).mlflow_run_id, 60, "both MLflow runs", store)
+    # Only now: the service has made (migrated) its MLflow database. A client opened while it still
+    # migrates runs the same migration beside it ("table ... already exists"; seen once in CI).
+    mlflow = MlflowClient(f"sqlite:///{(cwd / 'state' / 'mlflow.db').resolve()}")
     def pauses(j):
         return [m.value for m in mlflow.get_metric_history(store.job(j).mlflow_run_id, "rescale_pause_s")]
 

@@ -179,8 +179,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "cluster_start", "benchmarks/cluster_start_bench.py", quick=("--repeats", "1"), quick_timeout_s=120,
         summary="the CLI's local cluster to warm: every nanny in one process, workers forked, vs one spawned process per worker",
         figures=(
-            _f("grouped_start_s"), _f("grouped_start_cpu_s"), _f("spawned_start_cpu_s"),
-            _f("cpu_ratio", note="spawned over grouped, side by side"),
+            _f("grouped_start_s"), _f("grouped_start_cpu_s"), _f("cpu_ratio", note="spawned over grouped, side by side"),
         ),
     ),
     Benchmark(
