@@ -9,7 +9,13 @@ Each invocation writes a results file under benchmarks/results/ (``python -m ben
 compare`` reads it): the command, commit, machine, load and every run's figures.
 
 Run: python benchmarks/suite_under_burner.py [--runs 3] [--burners 1] [-- extra pytest args]
-Last line: {"runs": N, "passed_runs": k, "burners": b, "max_minutes": m, "minutes": [...], "failed_tests": [...]}
+Last line: {"runs": N, "passed_runs": k, "burners": b, "max_minutes": m, "minutes": [...], "failed_tests": [...],
+"speed_probe_cpu_s": [...]}
+
+``speed_probe_cpu_s``: before each run, the CPU seconds one fixed piece of pure-Python work took
+(median of three). The shared box's speed moves by itself (the same commit's suite took 824
+CPU-s in one clean-clone run and 1,002 in the next, idle both times): a suite's minutes are
+read beside it.
 """
 
 from __future__ import annotations
@@ -34,6 +40,16 @@ from benchmarks.harness import results  # noqa: E402 - after the path: run as a 
 def _burn() -> None:
     while True:
         pass
+
+
+def speed_probe_cpu_s(repeats: int = 3) -> float:
+    """CPU seconds of a fixed loop in this process (median of ``repeats``): how fast the box is now."""
+    took = []
+    for _ in range(repeats):
+        start = time.process_time()
+        sum(i * i for i in range(10_000_000))
+        took.append(time.process_time() - start)
+    return round(sorted(took)[len(took) // 2], 3)
 
 
 def _run_suite(pytest_args: list[str]) -> tuple[subprocess.CompletedProcess, float]:
@@ -75,11 +91,12 @@ def main(argv: list[str] | None = None) -> int:
     burners = [multiprocessing.get_context("spawn").Process(target=_burn, daemon=True) for _ in range(args.burners)]
     for burner in burners:
         burner.start()
-    minutes, failed, passed_runs = [], [], 0
+    minutes, failed, passed_runs, probes = [], [], 0, []
     # Each run's whole output, for the failures' details (kept out of the repository: it is large).
     logs = Path(tempfile.mkdtemp(prefix="malleable-suite-"))
     try:
         for i in range(args.runs):
+            probes.append(speed_probe_cpu_s())
             done, took = _run_suite(["-rfE", *args.pytest_args])
             minutes.append(round(took, 2))
             (logs / f"run-{i + 1}.txt").write_text(done.stdout + done.stderr)
@@ -87,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             failures = re.findall(r"^(?:FAILED|ERROR) (\S+)", done.stdout, flags=re.M)
             failed.extend(failures)
             passed_runs += done.returncode == 0
-            print(f"run {i + 1}/{args.runs}: exit {done.returncode} in {took:.1f} min — {summary.strip('= ')} (output: {logs / f'run-{i + 1}.txt'})", flush=True)
+            print(f"run {i + 1}/{args.runs}: exit {done.returncode} in {took:.1f} min (speed probe {probes[-1]:.3f} CPU-s) — {summary.strip('= ')} (output: {logs / f'run-{i + 1}.txt'})", flush=True)
             for f in failures:
                 print(f"  failed: {f}", flush=True)
     finally:
@@ -96,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             burner.join(5)
     figures = {
         "runs": args.runs, "passed_runs": passed_runs, "burners": args.burners, "max_minutes": max(minutes),
-        "minutes": minutes, "failed_tests": failed,
+        "minutes": minutes, "failed_tests": failed, "speed_probe_cpu_s": probes,
     }  # fmt: skip
     written = _record(argv, figures, started, load_before, args.out)
     print(f"results: {written.relative_to(ROOT) if written.is_relative_to(ROOT) else written}")

@@ -49,6 +49,7 @@ def test_two_runs_beside_two_burners_pass_and_are_kept_as_data(tmp_path: Path) -
     last = json.loads(done.stdout.strip().splitlines()[-1])
     assert last["runs"] == 2 and last["passed_runs"] == 2 and last["burners"] == 2 and last["failed_tests"] == []
     assert len(last["minutes"]) == 2 and last["max_minutes"] == max(last["minutes"]) > 0
+    assert len(last["speed_probe_cpu_s"]) == 2 and all(0 < p < 60 for p in last["speed_probe_cpu_s"])
     (entry,) = record["benchmarks"]
     assert record["schema"] == 1 and entry["name"] == "suite_under_burner" and entry["figures"] == last
     assert "--burners 2" in record["source"] and record["commit"]["sha"] and record["load_avg_before"] is not None

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from elastic_tasks.board import EventKind, RankEvent
@@ -75,6 +75,9 @@ class Recovery:
         self._next_check = 0.0
         self._signalled: set[int] = set()  # generations the ranks were told lost a member
         self.fenced: set[str] = set()  # ranks declared lost: the job takes nothing more from them
+        # The generation of the newest recovery, where it had not started when the recovery stopped
+        # waiting for it (a loaded box): its record and the job's state are settled when it starts.
+        self._late: int | None = None
 
     def recovered_from(self) -> set[int]:
         return {r.failed_version for r in self.records}
@@ -90,6 +93,7 @@ class Recovery:
     def tick(self) -> None:
         """After each drain: recover the newest failed generation not yet recovered."""
         heard = self.job.pump.heard
+        self._settle_late_start()
         done = self.recovered_from()
         newest_applied = max(heard.applied, default=-1)
         for version in sorted(heard.failed):
@@ -100,6 +104,22 @@ class Recovery:
             self._next_check = time.monotonic() + ALL_DEAD_CHECK_S
             self._signal_lost_member()
             self._check_all_dead(newest_applied)
+
+    def _settle_late_start(self) -> None:
+        """The newest recovery's generation started after the recovery gave up waiting for it: the
+        job trains again, so it is RUNNING, and its record gets the step it resumed at and the pause.
+        Without this a job whose relaunched ranks took longer than the wait reported RECOVERING
+        until it ended, and its record a resumed step of -1 (seen on CI's loaded box)."""
+        job = self.job
+        if self._late is None or not self.records or self.records[-1].version != self._late:
+            return
+        applied = job.pump.heard.applied.get(self._late)
+        if applied is None:
+            return
+        record = self.records[-1]
+        self.records[-1] = replace(record, resumed_step=applied.step if record.resumed_step < 0 else record.resumed_step, pause_s=applied.pause_s)
+        self._late = None
+        job.lifecycle.move(CoordinatorState.RUNNING, only_from=(CoordinatorState.RECOVERING,))
 
     def _signal_lost_member(self) -> None:
         """A member of the running generation is dead: free the survivors from the collective
@@ -128,6 +148,7 @@ class Recovery:
         with job.plan_lock:
             if failed_version in self.recovered_from():
                 return
+            self._late = None  # a late generation failed before it started: this recovery replaces it
             job.lifecycle.move(CoordinatorState.RECOVERING)
             members = job.board.plan(failed_version, timeout=PLAN_READ_S).members
             t0 = time.monotonic()
@@ -178,6 +199,7 @@ class Recovery:
         while time.monotonic() < deadline and version not in pump.heard.applied and not job.finished:
             pump.pump()
         applied = pump.heard.applied.get(version)
+        self._late = version if applied is None and not job.finished else None
         if applied is not None:
             # The survivors time the pause from the moment their collective failed.
             resumed_step = applied.step if resumed < 0 else resumed
