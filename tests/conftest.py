@@ -96,8 +96,9 @@ def prefect_api_url(prefect_harness) -> str:
 # `pytest` with no paths (the README's command, CI's) runs WORKERS processes, whole files each
 # (a file's tests share module fixtures and sometimes order); naming paths runs serially (quick to
 # start for one file); `-n N` or MALLEABLE_TEST_WORKERS=N (0: serial) choose. Four: with training
-# workers forked (deploy/forkserver.py) the suite spends ~920 CPU-s, and a clean clone ran in
-# 11 min 22 s with 4 against 13 min 51 s with 3 (stop 46); the files' waits overlap the rest.
+# workers forked (deploy/forkserver.py, deploy/nanny_group.py) the suite spends ~820-1,160 CPU-s
+# (the box's speed moves), and a clean clone ran in 11 min 22 s with 4 against 13 min 51 s with 3
+# and 11 min 44 s with 5 (stop 46, one hour); the files' waits overlap the rest.
 DEFAULT_WORKERS = 4
 
 
