@@ -29,8 +29,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import psutil
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from distributed import Client  # noqa: E402
@@ -39,26 +37,12 @@ from distributed.deploy.subprocess import SubprocessCluster  # noqa: E402
 from deploy import local  # noqa: E402
 from elastic_tasks.cluster import warm_up_trainer  # noqa: E402
 from elastic_tasks.devices import GPU_RESOURCE  # noqa: E402
-
-
-def tree_cpu_s() -> float:
-    total = 0.0
-    for proc in [psutil.Process(), *psutil.Process().children(recursive=True)]:
-        try:
-            c = proc.cpu_times()
-        except psutil.Error:
-            continue
-        total += c.user + c.system + c.children_user + c.children_system
-    return total
+from tests.timing import tree_cpu_s  # noqa: E402 - the suite's own measure of a process tree's CPU
 
 
 def spawned(workers: int):  # noqa: ANN201 - a SpecCluster
-    """The layout before: distributed's SubprocessCluster, same config and process groups."""
-    path = os.pathsep.join([os.getcwd()] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
-    import dask
-
-    config = local.training_worker_config()
-    with local._environ(PYTHONPATH=path, DASK_INTERNAL_INHERIT_CONFIG=dask.config.serialize(config)), local._own_process_groups():
+    """The layout before: distributed's SubprocessCluster, started as ``local_cluster`` starts its own."""
+    with local.subprocess_cluster_start():
         return SubprocessCluster(
             n_workers=workers, threads_per_worker=1, worker_kwargs={"resources": {GPU_RESOURCE: 1}, "memory_limit": 0}, dashboard_address=None
         )

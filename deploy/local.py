@@ -239,20 +239,27 @@ def local_cluster(workers: int, *, memory_limit: str | int = 0, dashboard: bool 
     visible = visible_cuda_devices() if visible is None else visible
     if visible:
         return local_cuda_cluster(workers, visible, memory_limit=memory_limit)
-    # The working directory on the workers' path, so local entry points import; the config
-    # through the variable Dask reads at import (``DASK_*`` variables would lower-case the
-    # keys, and environment names are case-sensitive).
-    path = os.pathsep.join([os.getcwd()] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
-    inherited = os.environ.get("DASK_INTERNAL_INHERIT_CONFIG")
-    config = dask.config.merge(dask.config.deserialize(inherited) if inherited else {}, training_worker_config())
     host = "127.0.0.1"
     scheduler = {
         "cls": SubprocessScheduler,
         "options": {"scheduler_kwargs": {"host": host, "port": 0, "dashboard": dashboard, "dashboard_address": ":0" if dashboard else None}},
     }
     nanny = {"host": host, "nthreads": 1, "silence_logs": logging.WARN, "resources": {GPU_RESOURCE: 1}, "memory_limit": memory_limit}
-    with _environ(PYTHONPATH=path, DASK_INTERNAL_INHERIT_CONFIG=dask.config.serialize(config), **_subprocess_logging()), _own_process_groups():
+    with subprocess_cluster_start():
         return SpecCluster(workers={"gpu": group_spec("gpu", workers, nanny)}, scheduler=scheduler, name="LocalSubprocessCluster", silence_logs=logging.WARN)
+
+
+@contextmanager
+def subprocess_cluster_start() -> Iterator[None]:
+    """What a cluster of ``dask spec`` subprocesses is started inside: each process in a process
+    group of its own, the working directory on its path (local entry points import), the
+    training config through the variable Dask reads at import (``DASK_*`` variables would
+    lower-case the keys, and environment names are case-sensitive), the caller's log level."""
+    path = os.pathsep.join([os.getcwd()] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
+    inherited = os.environ.get("DASK_INTERNAL_INHERIT_CONFIG")
+    config = dask.config.merge(dask.config.deserialize(inherited) if inherited else {}, training_worker_config())
+    with _environ(PYTHONPATH=path, DASK_INTERNAL_INHERIT_CONFIG=dask.config.serialize(config), **_subprocess_logging()), _own_process_groups():
+        yield
 
 
 class _SpawnInOwnGroup:

@@ -26,7 +26,7 @@ import psutil
 import pytest
 
 
-def _tree_cpu_s() -> float:
+def tree_cpu_s() -> float:
     """CPU seconds of this process, every live descendant and the children each of them reaped.
 
     A live descendant's reaped children count too: a forkserver's forked ranks, a Dask nanny's
@@ -47,12 +47,12 @@ class TimesRecorder:
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):
-        wall0, cpu0 = time.monotonic(), _tree_cpu_s()
+        wall0, cpu0 = time.monotonic(), tree_cpu_s()
         yield
         record = {
             "test": item.nodeid,
             "wall_s": round(time.monotonic() - wall0, 3),
-            "cpu_s": round(max(0.0, _tree_cpu_s() - cpu0), 3),
+            "cpu_s": round(max(0.0, tree_cpu_s() - cpu0), 3),
             "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
         }
         with self.path.open("a") as f:  # one short append per test: workers' lines do not interleave

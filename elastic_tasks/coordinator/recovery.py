@@ -75,9 +75,9 @@ class Recovery:
         self._next_check = 0.0
         self._signalled: set[int] = set()  # generations the ranks were told lost a member
         self.fenced: set[str] = set()  # ranks declared lost: the job takes nothing more from them
-        # The generation of the newest recovery, where it had not started when the recovery stopped
-        # waiting for it (a loaded box): its record and the job's state are settled when it starts.
-        self._late: int | None = None
+        # The newest recovery's generation until it is heard to start: then the job is RUNNING again
+        # and its record gets the step it resumed at and the pause (``_settle``).
+        self._unsettled: int | None = None
 
     def recovered_from(self) -> set[int]:
         return {r.failed_version for r in self.records}
@@ -93,7 +93,7 @@ class Recovery:
     def tick(self) -> None:
         """After each drain: recover the newest failed generation not yet recovered."""
         heard = self.job.pump.heard
-        self._settle_late_start()
+        self._settle()
         done = self.recovered_from()
         newest_applied = max(heard.applied, default=-1)
         for version in sorted(heard.failed):
@@ -105,20 +105,21 @@ class Recovery:
             self._signal_lost_member()
             self._check_all_dead(newest_applied)
 
-    def _settle_late_start(self) -> None:
-        """The newest recovery's generation started after the recovery gave up waiting for it: the
-        job trains again, so it is RUNNING, and its record gets the step it resumed at and the pause.
-        Without this a job whose relaunched ranks took longer than the wait reported RECOVERING
-        until it ended, and its record a resumed step of -1 (seen on CI's loaded box)."""
+    def _settle(self) -> None:
+        """The newest recovery's generation started: the job trains again, so it is RUNNING, and its
+        record gets the step it resumed at and the pause its rank 0 measured (the survivors time it
+        from the moment their collective failed). Heard during the recovery's wait or after it: a
+        job whose relaunched ranks took longer than the wait (seen on CI's loaded box) reported
+        RECOVERING until it ended, its record a resumed step of -1."""
         job = self.job
-        if self._late is None or not self.records or self.records[-1].version != self._late:
+        if self._unsettled is None or not self.records or self.records[-1].version != self._unsettled:
             return
-        applied = job.pump.heard.applied.get(self._late)
+        applied = job.pump.heard.applied.get(self._unsettled)
         if applied is None:
             return
         record = self.records[-1]
         self.records[-1] = replace(record, resumed_step=applied.step if record.resumed_step < 0 else record.resumed_step, pause_s=applied.pause_s)
-        self._late = None
+        self._unsettled = None
         job.lifecycle.move(CoordinatorState.RUNNING, only_from=(CoordinatorState.RECOVERING,))
 
     def _signal_lost_member(self) -> None:
@@ -148,7 +149,7 @@ class Recovery:
         with job.plan_lock:
             if failed_version in self.recovered_from():
                 return
-            self._late = None  # a late generation failed before it started: this recovery replaces it
+            self._unsettled = None  # a generation that failed before it started: this recovery replaces it
             job.lifecycle.move(CoordinatorState.RECOVERING)
             members = job.board.plan(failed_version, timeout=PLAN_READ_S).members
             t0 = time.monotonic()
@@ -194,17 +195,13 @@ class Recovery:
             job.members, job.global_batch, job.accum_steps = new_plan.members, new_plan.global_batch, new_plan.accum_steps
             record = RecoveryRecord(failed_version, version, survivors, lost, resumed, last_step, None, new_plan.source == FROM_CHECKPOINT)
             self.records.append(record)
-        # Wait for the new generation here (the pump must keep pumping events meanwhile).
+        # Wait for the new generation here (the pump must keep pumping events meanwhile). One that
+        # starts later is settled when it is heard (``tick``), however long after this wait.
+        self._unsettled = version
         deadline = time.monotonic() + job.startup_s
         while time.monotonic() < deadline and version not in pump.heard.applied and not job.finished:
             pump.pump()
-        applied = pump.heard.applied.get(version)
-        self._late = version if applied is None and not job.finished else None
-        if applied is not None:
-            # The survivors time the pause from the moment their collective failed.
-            resumed_step = applied.step if resumed < 0 else resumed
-            self.records[-1] = RecoveryRecord(failed_version, version, survivors, lost, resumed_step, last_step, applied.pause_s, record.from_checkpoint)
-            job.lifecycle.move(CoordinatorState.RUNNING, only_from=(CoordinatorState.RECOVERING,))
+        self._settle()
 
     def _relaunch(self, wanted: int, version: int) -> tuple[str, ...]:
         """New ranks for a generation that lost every rank, on whatever workers the nannies bring back."""
