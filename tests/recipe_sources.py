@@ -45,3 +45,47 @@ def recipe():
 
     return dataclasses.replace(base, name={name!r}, build_model=build_model)
 """
+
+
+def local_collective_failure_recipe(name: str, marker: str, rank: int, after_calls: int) -> str:
+    """``mlp_tiny`` whose forward on ``rank`` raises ``CollectiveFailure`` once (the first process to
+    remove ``marker``), after ``after_calls`` forwards: that rank leaves the step's collective to
+    report, alive, its sockets open, while its peers wait on it there (a link that failed on one
+    host only)."""
+    return f"""
+import dataclasses
+import os
+
+import torch.distributed as dist
+
+from elastic_tasks.examples import mlp_tiny
+from elastic_tasks.rank.health.collective import CollectiveFailure
+
+MARKER = {marker!r}
+
+
+def recipe():
+    base = mlp_tiny()
+    build = base.build_model
+
+    def build_model():
+        model = build()
+        forward = model.forward
+        calls = [0]
+
+        def forward_failing_once(x):
+            calls[0] += 1
+            if calls[0] > {after_calls} and dist.is_initialized() and dist.get_rank() == {rank}:
+                try:
+                    os.remove(MARKER)
+                except FileNotFoundError:
+                    pass
+                else:
+                    raise CollectiveFailure("this rank's link failed (injected)")
+            return forward(x)
+
+        model.forward = forward_failing_once
+        return model
+
+    return dataclasses.replace(base, name={name!r}, build_model=build_model)
+"""

@@ -11,7 +11,9 @@ scheduler's view of the workers is then the only witness, checked on every pump 
 On nccl a dead peer does not make the survivors' collective fail: it hangs. So the same
 check tells the ranks (``JobBoard.abort_generation``) as soon as one member of the running
 generation is dead; each rank's ``HangWatch`` then aborts its communicator and the survivors
-report as they would on gloo (rank/health/hang_watch.py, docs/elastic.md "Two planes").
+report as they would on gloo (rank/health/hang_watch.py, docs/elastic.md "Two planes"). A
+recovery says the same as it begins: on gloo too a survivor can sit in a collective on a live
+peer that has already left it to report (only the dead rank's neighbours raise at once).
 """
 
 from __future__ import annotations
@@ -130,8 +132,15 @@ class Recovery:
         if version < 0 or version in self._signalled or job.state not in (CoordinatorState.RUNNING, CoordinatorState.RESCALING):
             return
         if any(job.dead(u) for u in job.members):
-            self._signalled.add(version)
-            job.board.abort_generation(version)
+            self._tell_ranks_generation_over(version)
+
+    def _tell_ranks_generation_over(self, version: int) -> None:
+        """Say on the board that generation ``version`` is over (once; never for one older than
+        already said: the board keeps the newest)."""
+        if version in self._signalled or version < max(self._signalled, default=-1):
+            return
+        self._signalled.add(version)
+        self.job.board.abort_generation(version)
 
     def _check_all_dead(self, version: int) -> None:
         job = self.job
@@ -151,6 +160,10 @@ class Recovery:
                 return
             self._unsettled = None  # a generation that failed before it started: this recovery replaces it
             job.lifecycle.move(CoordinatorState.RECOVERING)
+            # Over for every member: one blocked in its collective on a live peer (gloo raises only
+            # beside the dead rank, nccl nowhere; that peer has left to report) is freed by its hang
+            # watch now, and reports, rather than waiting out a timeout that would count it lost.
+            self._tell_ranks_generation_over(failed_version)
             members = job.board.plan(failed_version, timeout=PLAN_READ_S).members
             t0 = time.monotonic()
             silent = _SilentMembers(job, members, failed_version)
