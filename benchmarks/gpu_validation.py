@@ -48,6 +48,14 @@ import tempfile
 import time
 from pathlib import Path
 
+if "--child" in sys.argv:
+    import faulthandler
+
+    # A check that runs out of time is asked for its threads' stacks before it is killed (_run_child),
+    # from its first instant: one still importing Dask or torch (seconds on a loaded box) would
+    # otherwise die of the signal with nothing said (seen: an empty output tail under load).
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 for _p in (str(BENCH), str(REPO)):
@@ -140,12 +148,7 @@ def _here(check, have: int) -> tuple[str, str]:  # noqa: ANN001 - a gpu_checks.C
 
 
 def _child(args: argparse.Namespace) -> None:
-    """Run one check in this process; its outcome is the last line."""
-    import faulthandler
-
-    # A check that runs out of time is asked for its threads' stacks before it is killed (_run_child):
-    # where it waited is what a timed-out check's report needs.
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    """Run one check in this process (SIGUSR1 prints its stacks: see the top); its outcome is the last line."""
     from gpu_checks import CHECKS, Skip
 
     check = next(c for c in CHECKS if c.name == args.child)

@@ -3,6 +3,7 @@ process under its own limit, one verdict; on CPU what can run runs (the product 
 the rest says why not (issues 22.5 and 34.7)."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -53,16 +54,19 @@ def test_bad_arguments_are_one_line_exit_2():
 
 @pytest.mark.timeout(300)
 def test_a_check_past_its_limit_fails_alone_and_the_verdict_says_so():
-    out = _run("--only", "environment,elastic_vs_ddp", "--timeout", "elastic_vs_ddp=2", timeout=280)
+    # Half a second: the check is still starting (importing Dask), as it was when a loaded box made
+    # a 2 s limit fall there and the signal asking for its stacks found no handler yet.
+    out = _run("--only", "environment,elastic_vs_ddp", "--timeout", "elastic_vs_ddp=0.5", timeout=280)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     summary = _last_json(out)
     assert summary["checks"]["environment"]["status"] == "pass"
     assert summary["checks"]["environment"]["criteria"]["nccl_error_mode_0"]["value"] == "0"
     stuck = summary["checks"]["elastic_vs_ddp"]
-    assert stuck["status"] == "fail" and stuck["error"] == "timed out after 2 s"
+    assert stuck["status"] == "fail" and stuck["error"] == "timed out after 0.5 s"
     # ... and says where it was: its threads' stacks, in its output's end, printed and kept.
-    # (where the check was: a frame of its main thread, whatever it was importing or waiting on)
-    assert 'gpu_validation.py", line' in stuck["output_tail"], stuck["output_tail"]
+    # (where the check was: frames of its stack, whatever it was importing or waiting on; faulthandler
+    # keeps a deep import's innermost 100, so the script's own frame may be cut)
+    assert re.search(r'File ".+", line \d+ in ', stuck["output_tail"]), stuck["output_tail"]
     assert "--- the end of elastic_vs_ddp's output ---" in out.stdout
     assert summary["verdict"] == "fail"
 
