@@ -1,12 +1,13 @@
 """The generic figure: allreduce time for p parameters on k workers.
 
-Measured with real ``torch.distributed.all_reduce`` (gloo on CPU, nccl on CUDA) in spawned
-local processes; ``allocator.physics.throughput.fit_allreduce`` fits the samples to the ring model.
+Measured with real ``torch.distributed.all_reduce`` (gloo on CPU, nccl on CUDA) in local
+processes forked from multiprocessing's fork server (``_rank_context``); ``allocator.physics.throughput.fit_allreduce`` fits the samples to the ring model.
 It depends on the cluster, not the job, so a caller may measure it once and pass the fit in.
 """
 
 from __future__ import annotations
 
+import multiprocessing.forkserver
 import queue
 import socket
 import statistics
@@ -20,6 +21,24 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from elastic_tasks.profiling.settings import ProfilerError, positive_ints
+
+
+# What a rank imports, loaded once in the fork server: spawned, each rank imported torch afresh
+# (two ranks: 3.7 CPU-s and 2 s a measurement on the 2-core box; forked, 0.07 s once the server
+# runs, ~1.5 s the first time in a process, which starts it).
+RANK_PRELOAD = ("torch", "torch.distributed", __name__)
+
+
+def _rank_context() -> mp.context.ForkServerContext:
+    """The fork server's context, with ``RANK_PRELOAD`` added to what it preloads (the server is
+    the process's one: deploy/forkserver.py preloads the training workers' imports there, kept).
+    Where the server already runs, ranks fork from it as it is. CUDA is never touched in the
+    server (importing torch does not initialise it), so nccl ranks may still pick their device."""
+    ctx = mp.get_context("forkserver")
+    # multiprocessing offers no reader of the preload list: its one server's own attribute.
+    current = list(getattr(multiprocessing.forkserver._forkserver, "_preload_modules", ()))
+    ctx.set_forkserver_preload(list(dict.fromkeys([*current, *RANK_PRELOAD])))
+    return ctx
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +130,7 @@ def measure_allreduce(
 ) -> tuple[AllreduceSample, ...]:
     """Time ``all_reduce`` of float32 buffers of each size on each local world size.
 
-    Each world size is a fresh set of spawned processes rendezvousing over TCP on
+    Each world size is a fresh set of processes (forked, ``_rank_context``) rendezvousing over TCP on
     localhost; init and every collective carry ``timeout_s``, and the parent kills any
     process still alive after the deadline, so a hang becomes a ``ProfilerError``.
     """
@@ -123,11 +142,11 @@ def measure_allreduce(
         raise ValueError(f"measure_allreduce.world_sizes={worlds!r}: only {torch.cuda.device_count()} CUDA devices")
     if mp.current_process().daemon and any(k > 1 for k in worlds):
         raise ProfilerError(
-            "measure_allreduce: this process is daemonic (a Dask worker?) and cannot spawn ranks; "
+            "measure_allreduce: this process is daemonic (a Dask worker?) and cannot start rank processes; "
             "measure allreduce elsewhere and pass the fit in"
         )
     samples: list[AllreduceSample] = []
-    ctx = mp.get_context("spawn")
+    ctx = _rank_context()
     for k in worlds:
         if k == 1:
             continue  # no communication on one worker
@@ -140,7 +159,7 @@ def measure_allreduce(
         for p in procs:
             p.start()
         try:
-            deadline = time.monotonic() + timeout_s + 60.0  # spawning and importing torch take a while
+            deadline = time.monotonic() + timeout_s + 60.0  # starting the fork server (importing torch) takes a while
             outcome = _await_result(results, procs, deadline)
         finally:
             _reap(procs)
