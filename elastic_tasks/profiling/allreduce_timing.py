@@ -1,7 +1,8 @@
 """The generic figure: allreduce time for p parameters on k workers.
 
 Measured with real ``torch.distributed.all_reduce`` (gloo on CPU, nccl on CUDA) in local
-processes forked from multiprocessing's fork server (``_rank_context``); ``allocator.physics.throughput.fit_allreduce`` fits the samples to the ring model.
+processes forked from multiprocessing's fork server (``_rank_context``);
+``allocator.physics.throughput.fit_allreduce`` fits the samples to the ring model.
 It depends on the cluster, not the job, so a caller may measure it once and pass the fit in.
 """
 
