@@ -13,7 +13,6 @@ once, and a fourth generation forms and trains normally.
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import os
 import signal
 import time
@@ -33,6 +32,7 @@ from elastic_tasks.rank.health.hang_watch import HangWatch
 from elastic_tasks.rank.process_group import ProcessGroups
 from elastic_tasks.rank.scaling import LRRamp
 from elastic_tasks.rank.state.elastic import ElasticState, TrainMeta
+from tests.gloo_pair import rank_context
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -148,7 +148,7 @@ def _stopped(pid: int) -> bool:
 
 
 def test_a_frozen_peer_frees_the_survivor_at_the_control_planes_word(tmp_path):
-    ctx = mp.get_context("spawn")
+    ctx = rank_context()
     ports, lost, word_at, entered = ctx.Queue(), ctx.Value("i", -1), ctx.Value("d", 0.0), ctx.Event()
     out = tmp_path / "report.json"
     survivor = ctx.Process(target=_survivor, args=(str(out), ports, lost, word_at, entered))

@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
 from elastic_tasks.rank.scaling import LRRamp
+from tests.gloo_pair import run_ranks
 from elastic_tasks.rank.state.elastic import ElasticState, TrainMeta
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
@@ -67,7 +67,7 @@ def _worker(rank: int, init: str, out: str) -> None:
 
 
 def test_a_grow_allocates_at_most_one_chunk_and_survivors_keep_their_tensors(tmp_path):
-    mp.spawn(_worker, args=(f"file://{tmp_path}/store", str(tmp_path)), nprocs=WORLD, join=True)
+    run_ranks(_worker, (f"file://{tmp_path}/store", str(tmp_path)), WORLD)
     r = [torch.load(tmp_path / f"{i}.pt", weights_only=False) for i in range(WORLD)]
     for i in (1, 2):
         for k in r[0]["model"]:

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
 from elastic_tasks.devices import process_group_backend
 from elastic_tasks.rank.scaling import LRRamp
 from elastic_tasks.rank.state.elastic import ElasticState, TrainMeta
+from tests.gloo_pair import run_ranks
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -62,7 +62,7 @@ def _broadcast_one(rank: int, optimizer: str, device: str, out: str) -> None:
 
 
 def _run(tmp_path, optimizers: list[str], device: str, backend: str) -> dict[str, tuple[dict, dict]]:
-    mp.spawn(_worker, args=(f"file://{tmp_path}/store", optimizers, device, backend, str(tmp_path)), nprocs=2, join=True)
+    run_ranks(_worker, (f"file://{tmp_path}/store", optimizers, device, backend, str(tmp_path)), 2)
     return {o: (torch.load(tmp_path / f"{o}-0.pt", weights_only=False), torch.load(tmp_path / f"{o}-1.pt", weights_only=False)) for o in optimizers}
 
 

@@ -8,7 +8,6 @@ It depends on the cluster, not the job, so a caller may measure it once and pass
 
 from __future__ import annotations
 
-import multiprocessing.forkserver
 import queue
 import socket
 import statistics
@@ -21,6 +20,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from elastic_tasks.forking import forkserver_context
 from elastic_tasks.profiling.settings import ProfilerError, positive_ints
 
 
@@ -31,15 +31,8 @@ RANK_PRELOAD = ("torch", "torch.distributed", __name__)
 
 
 def _rank_context() -> mp.context.ForkServerContext:
-    """The fork server's context, with ``RANK_PRELOAD`` added to what it preloads (the server is
-    the process's one: deploy/forkserver.py preloads the training workers' imports there, kept).
-    Where the server already runs, ranks fork from it as it is. CUDA is never touched in the
-    server (importing torch does not initialise it), so nccl ranks may still pick their device."""
-    ctx = mp.get_context("forkserver")
-    # multiprocessing offers no reader of the preload list: its one server's own attribute.
-    current = list(getattr(multiprocessing.forkserver._forkserver, "_preload_modules", ()))
-    ctx.set_forkserver_preload(list(dict.fromkeys([*current, *RANK_PRELOAD])))
-    return ctx
+    """The fork server's context with ``RANK_PRELOAD`` added (elastic_tasks/forking.py)."""
+    return forkserver_context(RANK_PRELOAD)
 
 
 @dataclass(frozen=True, slots=True)
