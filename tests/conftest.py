@@ -1,20 +1,18 @@
-"""Shared fixtures: a session-scoped Prefect test harness (a temporary API and database).
+"""Shared fixtures: the session's one Prefect API (a temporary server and database).
 
-Tests that run flows request ``prefect_harness``; it costs ~10 s once per session, so it is
-only started when some selected test asks for it. Its database, and those of tests that start a
+Tests that run flows request ``prefect_harness``; its server costs ~10 s once per session (one
+for all test processes: tests/shared_prefect_api.py), so it is only started when some selected
+test asks for it. Its database, and those of tests that start a
 Prefect API of their own, are copies of one migrated database (``prefect_db_template``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import math
 import os
-import shutil
 import tempfile
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -49,34 +47,17 @@ def migrated_prefect_home(prefect_db_template: Path) -> Callable[[Path], Path]:
 
 
 @pytest.fixture(scope="session")
-def prefect_harness(prefect_db_template: Path):
-    import prefect.testing.utilities as harness
+def prefect_harness(prefect_db_template: Path, tmp_path_factory: pytest.TempPathFactory):
+    """The session's one Prefect API (tests/shared_prefect_api.py), this process's flows pointed at it."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from tests.prefect_homes import seed_home
+    from tests.shared_prefect_api import session_api_url
 
-    # The harness makes a directory (mkdtemp) for a fresh database, prefect-test.db, and migrates it;
-    # handed one already holding the migrated copy, its server starts without migrating. It removes
-    # the directory at exit, as it would its own.
-    import httpx
-
-    with contextlib.ExitStack() as stack:
-        # Its server's health check once met a connection reset while the server started (CI, load
-        # ~5): a start that fails so is tried once more, on a fresh copy, before the session gives up.
-        for attempt in (1, 2):
-            seeded = seed_home(Path(tempfile.mkdtemp(prefix="malleable-test-prefect-harness-")), prefect_db_template, "prefect-test.db")
-            try:
-                with pytest.MonkeyPatch.context() as patch:
-                    patch.setattr(harness, "mkdtemp", lambda: str(seeded))
-                    stack.enter_context(harness.prefect_test_harness(server_startup_timeout=120))
-                break
-            except httpx.TransportError:
-                shutil.rmtree(seeded, ignore_errors=True)  # the failed start's copy: the harness did not take it
-                if attempt == 2:
-                    raise
-        from prefect.settings import PREFECT_SERVER_DATABASE_CONNECTION_URL
-
-        if str(seeded) not in PREFECT_SERVER_DATABASE_CONNECTION_URL.value():  # Prefect changed its harness: slower, still right
-            warnings.warn(f"the Prefect test harness did not use the migrated copy in {seeded}", stacklevel=1)
+    worker = "PYTEST_XDIST_WORKER" in os.environ
+    # xdist's workers share the parent of their temporary folders, and their parent is the session's pytest.
+    root = tmp_path_factory.getbasetemp().parent if worker else tmp_path_factory.getbasetemp()
+    url = session_api_url(root, os.getppid() if worker else os.getpid(), prefect_db_template)
+    with temporary_settings(updates={PREFECT_API_URL: url}):
         yield
 
 
