@@ -41,18 +41,19 @@ def _run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]
     return done, json.loads(written.read_text())
 
 
-def test_two_runs_beside_two_burners_pass_and_are_kept_as_data(tmp_path: Path) -> None:
+def test_two_runs_beside_a_burner_pass_and_are_kept_as_data(tmp_path: Path) -> None:
+    # One burner, as the README's command runs it: each burns a whole core for the test's length.
     (tmp_path / "test_probe.py").write_text(PROBE)
-    done, record = _run(tmp_path, "--runs", "2", "--burners", "2", "--", str(tmp_path / "test_probe.py"), "-p", "no:hypothesispytest")
+    done, record = _run(tmp_path, "--runs", "2", "--burners", "1", "--", str(tmp_path / "test_probe.py"), "-p", "no:hypothesispytest")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert (tmp_path / "seen").read_text() == "2"
+    assert (tmp_path / "seen").read_text() == "1"
     last = json.loads(done.stdout.strip().splitlines()[-1])
-    assert last["runs"] == 2 and last["passed_runs"] == 2 and last["burners"] == 2 and last["failed_tests"] == []
+    assert last["runs"] == 2 and last["passed_runs"] == 2 and last["burners"] == 1 and last["failed_tests"] == []
     assert len(last["minutes"]) == 2 and last["max_minutes"] == max(last["minutes"]) > 0
     assert len(last["speed_probe_cpu_s"]) == 2 and all(0 < p < 60 for p in last["speed_probe_cpu_s"])
     (entry,) = record["benchmarks"]
     assert record["schema"] == 1 and entry["name"] == "suite_under_burner" and entry["figures"] == last
-    assert "--burners 2" in record["source"] and record["commit"]["sha"] and record["load_avg_before"] is not None
+    assert "--burners 1" in record["source"] and record["commit"]["sha"] and record["load_avg_before"] is not None
     # `compare` reads it, figure by figure.
     written = str(next((tmp_path / "results").glob("*-suite.json")))
     shown = subprocess.run([sys.executable, "-m", "benchmarks", "compare", written, written], cwd=ROOT, capture_output=True, text=True, timeout=120)

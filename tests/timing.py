@@ -54,6 +54,7 @@ class TimesRecorder:
             "wall_s": round(time.monotonic() - wall0, 3),
             "cpu_s": round(max(0.0, tree_cpu_s() - cpu0), 3),
             "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+            "ended_at": round(time.time(), 3),  # lays the tests on one timeline beside a /proc sampler's
         }
         with self.path.open("a") as f:  # one short append per test: workers' lines do not interleave
             f.write(json.dumps(record) + "\n")
