@@ -15,8 +15,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import dask
 import distributed.deploy.subprocess
@@ -159,6 +161,8 @@ def local_gpu_cluster(
 
 def visible_cuda_devices() -> list[str]:
     """The GPUs this process may hand to workers ([] without CUDA: virtual GPUs)."""
+    if not gpu_device_nodes():
+        return []  # no GPU torch could open: asked without importing torch (~2 CPU-s a CLI, a service)
     import torch
 
     if not torch.cuda.is_available():
@@ -167,6 +171,15 @@ def visible_cuda_devices() -> list[str]:
     if listed:
         return [d for d in listed.split(",") if d.strip()]
     return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def gpu_device_nodes(dev: Path = Path("/dev")) -> bool:
+    """Whether a Linux host shows a device node a GPU build of torch opens (NVIDIA's control node or
+    a numbered GPU, ROCm's kfd): without one ``torch.cuda.is_available()`` is False. Elsewhere
+    (no /dev to read) True: torch is asked."""
+    if not sys.platform.startswith("linux"):
+        return True
+    return (dev / "nvidiactl").exists() or (dev / "kfd").exists() or any(p.name[6:].isdigit() for p in dev.glob("nvidia[0-9]*"))
 
 
 def local_cuda_cluster(

@@ -150,3 +150,24 @@ def test_a_pod_with_several_gpus_runs_one_worker_per_gpu():
     assert four["args"][:3] == ["dask", "cuda", "worker"]
     assert four["args"][four["args"].index("--resources") + 1] == f"{GPU_RESOURCE}=1"
     assert four["resources"]["limits"][K8S_GPU] == 4
+
+
+def test_a_host_without_gpu_device_nodes_is_known_cpu_only_without_importing_torch(tmp_path):
+    import subprocess
+    import sys
+
+    from deploy.local import gpu_device_nodes
+
+    # Which nodes a GPU build of torch needs, by hand: NVIDIA's control node or a numbered GPU, ROCm's kfd.
+    for nodes, expected in (((), False), (("nvidia-uvm", "nvidia-modeset"), False), (("nvidiactl",), True), (("nvidia3",), True), (("kfd",), True)):
+        dev = tmp_path / "-".join(nodes or ("none",))
+        dev.mkdir()
+        for name in nodes:
+            (dev / name).touch()
+        assert gpu_device_nodes(dev) is expected, nodes
+    if Path("/dev/nvidiactl").exists() or Path("/dev/kfd").exists():
+        pytest.skip("this host has GPU device nodes: torch is asked")
+    # A fresh process: the CLI's question costs no torch import on a CPU host.
+    probe = "import sys; from deploy.local import visible_cuda_devices; print(visible_cuda_devices(), 'torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["[]", "False"], done.stdout + done.stderr
