@@ -25,6 +25,7 @@ import psutil
 import pytest
 import yaml
 
+from service.store import JobStore
 from tests.service_helpers import PG_ADMIN, drop_postgres, postgres_url
 from tests.service_process import PROFILE
 
@@ -146,12 +147,18 @@ def test_a_recipe_hunting_for_the_store_password_finds_nothing(secret_store, tmp
         submitted = cli("submit", "--file", "jobs.yaml")
         assert submitted.returncode == 0, submitted.stdout + submitted.stderr
         job_id = submitted.stdout.split("\t")[0].strip()
-        # The clients start once the ranks have hunted: a client process holds the URL in its
-        # environment from its exec until the CLI's first line conceals it (deploy/worker_env.py),
-        # a window a process of the same user could hit; one user id per role closes it.
-        while "HUNT" not in (report.read_text() if report.exists() else "") and time.monotonic() < deadline + 120:
-            assert serve.poll() is None, "\n".join(lines)
-            time.sleep(0.2)
+        # The clients start once every rank has hunted, that is once the job has ended (read here,
+        # in this process, whose environment never held the URL): a client process holds the URL in
+        # its environment from its exec until the CLI's first line conceals it (deploy/worker_env.py),
+        # a window a process of the same user could hit; one user id per role closes it. (Waiting for
+        # the first rank's report only once let the second rank's hunt meet the next client.)
+        store = JobStore(url, create=False)
+        try:
+            while not store.job(job_id).state.terminal:
+                assert serve.poll() is None and time.monotonic() < deadline + 240, "\n".join(lines)
+                time.sleep(0.2)
+        finally:
+            store.close()
         waited = cli("wait", job_id, "--timeout", "240")
         listed = cli("jobs", "--all", "--format", "json")
         hunts = report.read_text() if report.exists() else ""
