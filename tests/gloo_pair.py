@@ -26,7 +26,7 @@ def run_ranks(target: Callable[..., None], args: tuple, nprocs: int) -> None:
     convention); every rank must exit 0."""
     import torch.multiprocessing as mp
 
-    rank_context()
+    rank_context()  # the server's preload, before torch starts the ranks from it
     mp.start_processes(target, args=args, nprocs=nprocs, join=True, start_method="forkserver")
 
 

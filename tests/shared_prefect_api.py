@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 from filelock import FileLock
 
 from tests.prefect_homes import seed_home
@@ -65,20 +66,10 @@ def _serve(owner_pid: int, home: Path, url_file: Path) -> None:
         partial = url_file.with_suffix(".partial")
         partial.write_text(server.api_url)
         os.replace(partial, url_file)
-        while _alive(owner_pid):
+        while psutil.pid_exists(owner_pid):
             time.sleep(1.0)
     finally:
         server.stop()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 if __name__ == "__main__":

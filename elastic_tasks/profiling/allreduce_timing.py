@@ -1,7 +1,7 @@
 """The generic figure: allreduce time for p parameters on k workers.
 
 Measured with real ``torch.distributed.all_reduce`` (gloo on CPU, nccl on CUDA) in local
-processes forked from multiprocessing's fork server (``_rank_context``);
+processes forked from multiprocessing's fork server (``elastic_tasks.forking``);
 ``allocator.physics.throughput.fit_allreduce`` fits the samples to the ring model.
 It depends on the cluster, not the job, so a caller may measure it once and pass the fit in.
 """
@@ -28,11 +28,6 @@ from elastic_tasks.profiling.settings import ProfilerError, positive_ints
 # (two ranks: 3.7 CPU-s and 2 s a measurement on the 2-core box; forked, 0.07 s once the server
 # runs, ~1.5 s the first time in a process, which starts it).
 RANK_PRELOAD = ("torch", "torch.distributed", __name__)
-
-
-def _rank_context() -> mp.context.ForkServerContext:
-    """The fork server's context with ``RANK_PRELOAD`` added (elastic_tasks/forking.py)."""
-    return forkserver_context(RANK_PRELOAD)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +119,7 @@ def measure_allreduce(
 ) -> tuple[AllreduceSample, ...]:
     """Time ``all_reduce`` of float32 buffers of each size on each local world size.
 
-    Each world size is a fresh set of processes (forked, ``_rank_context``) rendezvousing over TCP on
+    Each world size is a fresh set of processes (forked from the fork server) rendezvousing over TCP on
     localhost; init and every collective carry ``timeout_s``, and the parent kills any
     process still alive after the deadline, so a hang becomes a ``ProfilerError``.
     """
@@ -140,7 +135,7 @@ def measure_allreduce(
             "measure allreduce elsewhere and pass the fit in"
         )
     samples: list[AllreduceSample] = []
-    ctx = _rank_context()
+    ctx = forkserver_context(RANK_PRELOAD)
     for k in worlds:
         if k == 1:
             continue  # no communication on one worker
