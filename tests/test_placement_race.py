@@ -10,7 +10,9 @@ planned, until a later ``apply`` finds them.
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 import pytest
 from distributed import Client
@@ -21,6 +23,7 @@ from deploy.local import local_gpu_cluster
 from elastic_tasks.cluster import warm_up
 from elastic_tasks.executor import DaskExecutor, JobSettings
 from tests.factories import make_job, make_profile
+from tests.paced_recipe import ENTRY as PACED, PACE_FILE_ENV
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -29,10 +32,14 @@ PROFILE = make_profile("mlp", num_params=6_500, cap=128)
 
 
 @pytest.fixture(scope="module")
-def client():
-    with local_gpu_cluster(2) as cluster, Client(cluster) as c:
-        warm_up(c, ENTRY)
-        yield c
+def client(tmp_path_factory):
+    # The workers' environment names a pace file (tests/paced_recipe.py): a test holds it while
+    # its paced job must keep running, whatever the box's speed.
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(PACE_FILE_ENV, str(tmp_path_factory.mktemp("pace") / "pace"))
+        with local_gpu_cluster(2) as cluster, Client(cluster) as c:
+            warm_up(c, ENTRY)
+            yield c
 
 
 def _executor(client) -> DaskExecutor:
@@ -114,15 +121,18 @@ def test_a_job_stopped_and_started_again_resumes_and_its_end_is_reported(client,
     """A policy that takes a running job's GPUs away and gives them back later: the job resumes
     from the checkpoint its stop left, and its completion is reported (the executor used to keep
     it marked as reported from the stop, so the loop never heard it end)."""
-    # 600 steps: the stop is published as soon as step 5 is seen and read at a step boundary a few
-    # steps later, so the job is still far from its end when it stops (1,500 steps spent ~2.5x the
-    # CPU on steps after the resume that check nothing more).
+    # Paced while the stop lands (it is published once step 5 is seen and read at a step boundary
+    # later): unpaced, a fast box ran 480 of 600 steps, or all of them, before the stop took effect.
+    # The resumed run is unpaced and trains what is left in seconds.
+    pace = Path(os.environ[PACE_FILE_ENV])
+    pace.touch()
     a = make_job("a", PROFILE, workload="mlp", total_samples=32 * 600, min_batch=32, max_batch=32, max_gpus=1)
-    executor = DaskExecutor(client, {"mlp": ENTRY}, JobSettings(timeout_s=20.0, poll_s=0.05, checkpoint_root=str(tmp_path), checkpoint_every=5), refit=None)
+    executor = DaskExecutor(client, {"mlp": PACED}, JobSettings(timeout_s=20.0, poll_s=0.05, checkpoint_root=str(tmp_path), checkpoint_every=5), refit=None)
     running = Allocation((("a", Share(1, 32)),))
     executor.apply(0.0, Allocation(), running, {"a": a})
     _until(lambda: (s := executor.jobs["a"].status()) is not None and s.step >= 5)
     (stop,) = executor.apply(1.0, running, Allocation(), {"a": a})
+    pace.unlink()
     trained_before = executor.progress("a", 1.0)
     assert stop.kind == RescaleKind.STOP and 0 < trained_before < a.total_samples
     assert executor.completed(1.0) == [] and executor.next_completion(1.0) is None  # nothing runs
