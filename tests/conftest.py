@@ -155,6 +155,9 @@ class _FileSeconds:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    from tests.process_costs import register as spare_process_costs
+
+    spare_process_costs(config, controller=not _is_xdist_worker(config))
     if not _is_xdist_worker(config):
         config.pluginmanager.register(_FileSeconds(), "malleable-file-seconds")
     if os.environ.get("MALLEABLE_TEST_TIMES"):  # each test's wall and CPU seconds (tests/timing.py)
