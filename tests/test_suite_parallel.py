@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 CONFTEST = Path(__file__).with_name("conftest.py")
+PROCESS_COSTS = CONFTEST.with_name("process_costs.py")  # the conftest's plugin, copied beside it
 ROOT = CONFTEST.parents[1]
 # The probes need no Hypothesis: its plugin's import is two thirds of each pytest process's start-up
 # CPU (~1 s of ~1.5 s), and this file starts 14 of them (workers included: they inherit the option).
@@ -44,6 +45,7 @@ def test_workers_as_chosen_none_nested_and_named_paths_serial(tmp_path):
     (project / "tests").mkdir(parents=True)
     (project / "pytest.ini").write_text("[pytest]\ntestpaths = tests\n")
     (project / "tests" / "conftest.py").write_text(CONFTEST.read_text())
+    (project / "tests" / "process_costs.py").write_text(PROCESS_COSTS.read_text())
     (project / "tests" / "test_probe.py").write_text(PROBE)
 
     default, ids = _pytest(project, workers=None)  # the README's form: no paths
@@ -78,6 +80,7 @@ def test_parallel_order_is_longest_file_first_by_the_last_run_and_slow_files_bef
     (project / "tests").mkdir(parents=True)
     (project / "pytest.ini").write_text("[pytest]\ntestpaths = tests\nmarkers =\n    slow: slow\n")
     (project / "tests" / "conftest.py").write_text(CONFTEST.read_text())
+    (project / "tests" / "process_costs.py").write_text(PROCESS_COSTS.read_text())
     (project / "tests" / "test_many.py").write_text("".join(ORDER_PROBE.format(marks="", name="many", i=i) for i in range(3)))
     (project / "tests" / "test_one.py").write_text(ORDER_PROBE.format(marks="@pytest.mark.slow", name="one", i=0))
 
