@@ -26,7 +26,7 @@ from distributed import LocalCluster, Nanny, Scheduler, SpecCluster, Worker
 from distributed.deploy.subprocess import SubprocessScheduler
 
 from deploy.forkserver import FORKSERVER, ExactEnvironWorker, preloaded_forkserver
-from deploy.nanny_group import group_spec
+from deploy.nanny_group import direct_dask_spec, group_spec
 from deploy.worker_env import conceal_secrets, worker_environ
 from elastic_tasks.devices import GPU_RESOURCE, cuda_worker_env
 
@@ -280,7 +280,8 @@ class _SpawnInOwnGroup:
     a process group of its own. Ctrl-C in a terminal signals the whole foreground group: the
     scheduler and workers would die at once, under ranks that are about to stop cleanly, and
     every shutdown step would then wait out Dask's connect timeouts (measured: 149 s and a
-    screen of tracebacks). In their own groups they are closed by us, in order."""
+    screen of tracebacks). In their own groups they are closed by us, in order. ``dask spec`` is
+    started as its own module (``deploy.nanny_group.DASK_SPEC``)."""
 
     def __getattr__(self, name: str) -> object:
         return getattr(asyncio, name)
@@ -289,7 +290,7 @@ class _SpawnInOwnGroup:
     async def create_subprocess_exec(*args: object, **kwargs: object) -> asyncio.subprocess.Process:
         # The scheduler and workers start without the service's secrets (deploy/worker_env.py).
         kwargs.setdefault("env", worker_environ())
-        return await asyncio.create_subprocess_exec(*args, process_group=0, **kwargs)
+        return await asyncio.create_subprocess_exec(*direct_dask_spec(tuple(map(str, args))), process_group=0, **kwargs)
 
 
 @contextmanager

@@ -24,6 +24,17 @@ from distributed.deploy.subprocess import Subprocess
 from deploy.worker_env import worker_environ
 
 NANNY = "deploy.local.TrainingNanny"
+# ``dask spec`` run as its own module: ``python -m dask spec`` first imports every installed
+# package's ``dask`` CLI plugin (dask-kubernetes' alone: kr8s, httpx-ws, ~0.3 CPU-s and as long
+# again before a scheduler or nanny process starts); the command it runs is this one.
+DASK_SPEC = ("-m", "distributed.cli.dask_spec")
+
+
+def direct_dask_spec(args: tuple[str, ...]) -> tuple[str, ...]:
+    """``python -m dask spec ARGS`` as ``python -m distributed.cli.dask_spec ARGS``; other commands as given."""
+    if args[1:4] == ("-m", "dask", "spec"):
+        return (args[0], *DASK_SPEC, *args[4:])
+    return args
 
 
 def worker_names(group: str, workers: int) -> list[str]:
@@ -58,5 +69,5 @@ class NannyGroup(Subprocess):
         return {n: {"cls": self.nanny, "opts": {**self.nanny_kwargs, "name": n}} for n in worker_names(self.name, self.workers)}
 
     async def _start(self) -> None:
-        cmd = [sys.executable, "-m", "dask", "spec", self.scheduler, "--spec", json.dumps(self.spec())]
+        cmd = [sys.executable, *DASK_SPEC, self.scheduler, "--spec", json.dumps(self.spec())]
         self.process = await asyncio.create_subprocess_exec(*cmd, env=worker_environ(), process_group=0)

@@ -53,8 +53,8 @@ def test_one_process_holds_every_nanny_its_workers_fork_keep_no_secret_and_come_
         [server] = parents
         assert "multiprocessing.forkserver" in _cmdline(server)
         nannies = psutil.Process(server).ppid()
-        assert "dask spec" in _cmdline(nannies) and _cmdline(nannies).count("TrainingNanny") == 3
-        specs = [p for p in me.children() if "dask spec" in " ".join(p.cmdline())]
+        assert "distributed.cli.dask_spec" in _cmdline(nannies) and _cmdline(nannies).count("TrainingNanny") == 3
+        specs = [p for p in me.children() if "distributed.cli.dask_spec" in " ".join(p.cmdline())]
         assert len(specs) == 2, [p.cmdline() for p in specs]  # the scheduler's and the nannies'
         # Apart from the caller: other process groups, and no secret anywhere in the cluster.
         assert {os.getpgid(p.pid) for p in specs}.isdisjoint({os.getpgid(0)})
