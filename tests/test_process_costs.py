@@ -45,3 +45,46 @@ def test_the_real_project_packages_are_the_repositorys_packages():
 
 def test_a_test_process_runs_with_its_collected_heap_frozen():
     assert gc.get_freeze_count() > 10_000
+
+
+PROBE = '''
+import atexit
+import os
+
+
+class TornDown:
+    def __del__(self, open=open, path=os.environ["MARK"] + "-teardown"):  # the interpreter's teardown frees it
+        open(path, "w").close()
+
+
+HELD = TornDown()
+
+
+def test_registers_an_exit_handler():
+    atexit.register(lambda: open(os.environ["MARK"], "w").write("ran"))
+
+
+def test_that_may_fail():
+    assert os.environ.get("FAIL") != "1"
+'''
+
+
+def test_a_parallel_test_process_reports_runs_its_exit_handlers_and_leaves(tmp_path):
+    project = tmp_path / "project"
+    (project / "tests").mkdir(parents=True)
+    (project / "pytest.ini").write_text("[pytest]\ntestpaths = tests\n")
+    for support in ("conftest.py", "process_costs.py"):
+        (project / "tests" / support).write_text((ROOT / "tests" / support).read_text())
+    (project / "tests" / "test_probe.py").write_text(PROBE)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "MALLEABLE_TEST_"))}
+    for fail, code in (("0", 0), ("1", 1)):
+        mark = tmp_path / f"mark-{fail}"
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "no:hypothesispytest", "-p", "no:cacheprovider", "-n", "1"],
+            cwd=project, env={**env, "MARK": str(mark), "FAIL": fail}, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert done.returncode == code, done.stdout + done.stderr
+        assert ("1 failed, 1 passed" if code else "2 passed") in done.stdout, done.stdout
+        assert "node down" not in done.stdout + done.stderr and "crashed" not in done.stdout + done.stderr
+        assert mark.read_text() == "ran"  # the worker's exit handlers ran before it left
+        assert not (tmp_path / f"mark-{fail}-teardown").exists()  # and its heap was not torn down
