@@ -1,4 +1,4 @@
-"""Two costs every test process pays that the suite can spare it (a plugin, registered by conftest).
+"""Three costs every test process pays that the suite can spare it (a plugin, registered by conftest).
 
 * Bytecode: where ``PYTHONDONTWRITEBYTECODE`` is set (this sandbox; many CI images) Python reads
   ``.pyc`` files but never writes them, so each of the suite's ~300 Python subprocesses (CLIs,
@@ -35,6 +35,7 @@ def project_packages(root: Path = ROOT) -> list[Path]:
 
 def compile_project(root: Path = ROOT) -> bool:
     """Writes the bytecode of every project module that lacks an up-to-date one; True if all compiled."""
+    # A list, not a generator: a package that fails to compile must not stop the others compiling.
     return all([compileall.compile_dir(package, quiet=1) for package in project_packages(root)])
 
 
