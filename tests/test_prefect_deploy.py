@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.ports import unclaimed_port
 from tests.processes import stop
 import yaml
 
@@ -42,9 +42,7 @@ jobs:
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return unclaimed_port()  # free until the server the test starts later takes it (tests/ports.py)
 
 
 def _prefect(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess:

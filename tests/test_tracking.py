@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ import torch
 from mlflow import MlflowClient
 
 from flows.recording.tracking import PARENT_TAG, MetricPoint, Tracker
+from tests.ports import unclaimed_port
 
 
 @pytest.fixture(autouse=True)
@@ -49,9 +49,7 @@ def test_parent_nested_metrics_and_artifacts_on_sqlite(tmp_path):
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return unclaimed_port()  # free until the server the test starts later takes it (tests/ports.py)
 
 
 # MLflow 3's server starts a job runner beside it by default: 8 more processes (7 huey consumers),
