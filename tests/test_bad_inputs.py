@@ -77,16 +77,14 @@ def test_compare_without_runs_creates_no_store(tmp_path, monkeypatch):
 
 def test_compare_with_unreachable_server_fails_fast(tmp_path, monkeypatch):
     """Nothing listens on the port: one line within seconds, not mlflow's minutes of retries."""
-    import socket
     import time
 
     from typer.testing import CliRunner
 
     from flows.commands.cli import app
+    from tests.ports import unclaimed_port
 
-    with socket.socket() as s:  # a port that was free a moment ago
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = unclaimed_port()  # nothing listens there, and no port-0 bind is handed it meanwhile
     monkeypatch.chdir(tmp_path)
     for name in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT"):  # compare must set them itself
         monkeypatch.setenv(name, "x")  # records the old value, restored after the test

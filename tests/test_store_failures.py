@@ -106,12 +106,10 @@ def test_sqlite_url_arguments_are_refused_before_any_file(tmp_path, monkeypatch)
 
 def test_an_unreachable_server_is_one_line_within_its_connect_timeout(tmp_path, monkeypatch):
     """Nothing listens: refused at once; a bounded wait either way (connect_timeout)."""
-    import socket
+    from tests.ports import unclaimed_port
 
     monkeypatch.chdir(tmp_path)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = unclaimed_port()  # nothing listens there, and no port-0 bind is handed it meanwhile
     started = time.monotonic()
     result = CliRunner(env={"MALLEABLE_JOB_STORE": f"postgresql+psycopg://u:{PASSWORD.replace('/', '%2F').replace('#', '%23').replace('?', '%3F').replace('@', '%40')}@127.0.0.1:{port}/x"}).invoke(app, ["jobs"])
     lines = [line for line in result.output.splitlines() if line.strip()]
