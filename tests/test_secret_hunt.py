@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -111,11 +113,22 @@ def secret_store():
     admin.dispose()
 
 
-def test_a_recipe_hunting_for_the_store_password_finds_nothing(secret_store, tmp_path):
+@pytest.fixture
+def short_tmpdir():
+    """A TMPDIR short enough for the sockets made under it (AF_UNIX paths: 107 bytes at most):
+    multiprocessing's fork server listens at TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX, which under
+    pytest's tmp_path passed the limit once the box's pytest run counter reached two digits
+    (the service's workers never started: ``OSError: AF_UNIX path too long``)."""
+    path = Path(tempfile.mkdtemp(prefix="hunt-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_a_recipe_hunting_for_the_store_password_finds_nothing(secret_store, tmp_path, short_tmpdir):
     url, role, password = secret_store
     decoy_env, decoy_file = f"envdecoy{uuid.uuid4().hex}", f"filedecoy{uuid.uuid4().hex}"
-    work, home, tmp = tmp_path / "work", tmp_path / "home", tmp_path / "tmp"
-    for d in (work, home, tmp):
+    work, home, tmp = tmp_path / "work", tmp_path / "home", short_tmpdir
+    for d in (work, home):
         d.mkdir()
     report = tmp_path / "report.txt"  # outside every directory the hunt reads
     (work / "hunter.py").write_text(HUNTER.format(role=role, decoys=[decoy_env, decoy_file], report=str(report)))
