@@ -17,7 +17,8 @@ from tests.processes import stop
 import yaml
 from mlflow import MlflowClient
 
-from tests.test_tracking import _free_port, _wait_healthy, server_env
+from tests.ports import unclaimed_port
+from tests.test_tracking import _wait_healthy, server_env
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,7 +35,7 @@ def test_retrain_deployment_trains_while_mlflow_is_down_and_metrics_arrive_later
     from flows.config.settings import load_settings
     from flows.recording.tracking import tracker_from_settings
 
-    port = _free_port()
+    port = unclaimed_port()  # free until the server started later takes it
     url = f"http://127.0.0.1:{port}"
     monkeypatch.chdir(ROOT)  # the deployment's working directory
     monkeypatch.setenv("MALLEABLE_STATE_DIR", str(tmp_path / "state"))

@@ -41,10 +41,6 @@ jobs:
 """
 
 
-def _free_port() -> int:
-    return unclaimed_port()  # free until the server the test starts later takes it (tests/ports.py)
-
-
 def _prefect(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     done = subprocess.run([str(BIN / "prefect"), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, f"prefect {' '.join(args)} -> {done.returncode}\n{done.stdout}\n{done.stderr}"
@@ -82,7 +78,7 @@ def _stop(process: subprocess.Popen) -> None:
 
 @pytest.mark.slow
 def test_deploy_md_walk_through(tmp_path, migrated_prefect_home):
-    port = _free_port()
+    port = unclaimed_port()  # free until the server started later takes it
     api = f"http://127.0.0.1:{port}/api"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MALLEABLE_"))}
     env.update(

@@ -27,7 +27,8 @@ from mlflow import MlflowClient
 
 from service.store import JobStore
 from tests.recipe_sources import failing_forward_recipe
-from tests.test_prefect_deploy import BIN, ROOT, _free_port, _prefect, _stop, _wait_healthy
+from tests.ports import unclaimed_port
+from tests.test_prefect_deploy import BIN, ROOT, _prefect, _stop, _wait_healthy
 from tests.service_process import PROFILE, ServiceProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
@@ -88,7 +89,7 @@ def test_cluster_run_through_a_live_service_fails_on_a_failed_job_and_is_compara
     (tmp_path / "failing.yaml").write_text(yaml.safe_dump(FAILING))
     (tmp_path / "passing.yaml").write_text(yaml.safe_dump(PASSING))
     state, store_url = tmp_path / "state", f"sqlite:///{tmp_path / 'jobs.db'}"
-    port = _free_port()
+    port = unclaimed_port()
     api = f"http://127.0.0.1:{port}/api"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MALLEABLE_", "MLFLOW_"))}
     env.update(

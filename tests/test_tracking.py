@@ -48,10 +48,6 @@ def test_parent_nested_metrics_and_artifacts_on_sqlite(tmp_path):
     assert not t.offline and told == []
 
 
-def _free_port() -> int:
-    return unclaimed_port()  # free until the server the test starts later takes it (tests/ports.py)
-
-
 # MLflow 3's server starts a job runner beside it by default: 8 more processes (7 huey consumers),
 # each importing mlflow, for GenAI jobs no test here runs. Tracking is all these servers serve.
 def server_env() -> dict[str, str]:
@@ -74,7 +70,7 @@ def _wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 90.0) -> 
 
 @pytest.mark.slow
 def test_unreachable_server_training_goes_on_and_metrics_arrive_later(tmp_path):
-    port = _free_port()
+    port = unclaimed_port()  # free until the server started later takes it
     url = f"http://127.0.0.1:{port}"
     told: list[str] = []
     t = Tracker(url, "offline-exp", tmp_path / "buffer.jsonl", retry_every_s=0.0, notify=told.append)
